@@ -1,0 +1,51 @@
+# tollgate — make run (the stack on loopback), make test (every suite), make bench.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin
+GO ?= go
+GOTEST_FLAGS ?=
+BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
+
+.PHONY: all deps build run up down test lint test-lua test-go test-integration bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@mkdir -p bin
+	$(GO) build -o bin/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3
+
+run: build
+	@scripts/stack.sh run
+
+up: build
+	@scripts/stack.sh up
+
+down:
+	@scripts/stack.sh down
+
+lint: deps
+	luacheck -q lua t/lua t/nginx redis-scripts
+	@test -z "$$(gofmt -l controlplane demo internal t bench *.go)" || { gofmt -l controlplane demo internal t bench *.go; echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+test-lua: deps
+	busted --lua=luajit -o utfTerminal t/lua
+
+# unit and package tests (real redis-server where they need Redis)
+test-go: deps
+	$(GO) test -count=1 $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/t/')
+
+# integration suites: real nginx + real redis-server; one package at a time (they load the CPU)
+test-integration: build
+	$(GO) test -count=1 -p 1 -timeout 30m -v $(GOTEST_FLAGS) ./t/... 2>&1 | tee .test-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; test $${PIPESTATUS[0]} -eq 0
+
+test: lint test-lua test-go test-integration
+	@echo "make test: all suites passed"
+
+bench: build
+	$(GO) run ./bench/cmd/tollgate-bench $(BENCH_FLAGS)
+
+clean:
+	rm -rf bin .run .test-integration.log

@@ -1,0 +1,124 @@
+// Command tollgate-controlplane is the control plane of tollgate: it loads the Redis scripts,
+// seeds the demo config into an empty Redis and serves the HTTP API.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/controlplane/internal/api"
+	"tollgate/controlplane/internal/config"
+	"tollgate/controlplane/internal/redisconn"
+	"tollgate/internal/scripts"
+	"tollgate/internal/seed"
+	"tollgate/internal/store"
+)
+
+const shutdownTimeout = 10 * time.Second
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		log.Error("tollgate-controlplane stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	cfg, err := config.FromEnv(os.Getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log.Info("starting tollgate-controlplane", "config", cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	redis.SetLogger(redisLogger{log: log})
+	rdb := redis.NewClient(cfg.RedisOptions())
+	defer rdb.Close()
+	if err := redisconn.Wait(ctx, rdb, log, redisconn.Options{}); err != nil {
+		if ctx.Err() != nil {
+			log.Info("interrupted while waiting for redis")
+			return nil
+		}
+		return err
+	}
+	set, err := scripts.New()
+	if err != nil {
+		return err
+	}
+	if err := set.LoadAll(ctx, rdb); err != nil {
+		return err
+	}
+	log.Info("redis scripts loaded", "count", set.Len(), "names", set.Names())
+	st := store.New(rdb, set)
+	if err := seedDemo(ctx, log, cfg, st); err != nil {
+		return err
+	}
+	handler := api.New(api.Options{Redis: rdb, Scripts: set, Config: st, Logger: log})
+	return serve(ctx, log, cfg.Addr, handler)
+}
+
+func seedDemo(ctx context.Context, log *slog.Logger, cfg config.Config, st *store.Store) error {
+	if !cfg.SeedDemo {
+		log.Info("demo seed disabled")
+		return nil
+	}
+	seeded, err := seed.Demo(ctx, st)
+	if err != nil {
+		return err
+	}
+	if seeded {
+		log.Info("demo config seeded", "cluster", seed.DemoCluster().ID, "apps", len(seed.DemoApps()))
+	} else {
+		log.Info("demo seed skipped: redis already holds tollgate config")
+	}
+	return nil
+}
+
+// serve runs the HTTP server until ctx is done, then shuts it down gracefully.
+func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+	srv := &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("http server listening", "addr", addr)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// redisLogger sends go-redis' internal log lines to slog.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}

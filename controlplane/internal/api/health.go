@@ -1,0 +1,77 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+)
+
+type healthOK struct {
+	Status        string `json:"status"`
+	Redis         string `json:"redis"`
+	Scripts       int    `json:"scripts"`
+	ConfigVersion int64  `json:"config_version"`
+}
+
+type healthDown struct {
+	Status string `json:"status"`
+	Redis  string `json:"redis"`
+}
+
+// health answers 200 when Redis answers PING within the health timeout (reloading any script
+// missing from its cache), else 503 with a short reason.
+func (s *server) health(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.HealthTimeout)
+	defer cancel()
+	body, err := s.check(ctx)
+	if err != nil {
+		reason := redisReason(err)
+		s.opts.Logger.Warn("health: redis unavailable", "reason", reason, "err", err)
+		c.JSON(http.StatusServiceUnavailable, healthDown{Status: "unavailable", Redis: reason})
+		return
+	}
+	c.JSON(http.StatusOK, body)
+}
+
+func (s *server) check(ctx context.Context) (healthOK, error) {
+	if err := s.opts.Redis.Ping(ctx).Err(); err != nil {
+		return healthOK{}, err
+	}
+	n, err := s.opts.Scripts.Ensure(ctx, s.opts.Redis)
+	if err != nil {
+		return healthOK{}, err
+	}
+	v, err := s.opts.Config.ConfigVersion(ctx)
+	if err != nil {
+		return healthOK{}, err
+	}
+	return healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v}, nil
+}
+
+// redisReason maps a Redis failure to a short, fixed reason (the details go to the log only).
+func redisReason(err error) string {
+	var nerr net.Error
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &nerr) && nerr.Timeout():
+		return "timeout"
+	case errors.As(err, &rerr):
+		return replyReason(rerr.Error())
+	default:
+		return "unreachable"
+	}
+}
+
+func replyReason(msg string) string {
+	for _, code := range []string{"LOADING", "READONLY", "MASTERDOWN", "NOAUTH", "WRONGPASS", "OOM", "MISCONF", "BUSY"} {
+		if strings.HasPrefix(msg, code) {
+			return strings.ToLower(code)
+		}
+	}
+	return "error"
+}

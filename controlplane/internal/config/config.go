@@ -1,0 +1,141 @@
+// Package config reads the control plane's settings from the environment: one struct, defaults,
+// validation into a list of errors, and a printable form without secrets.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Environment variable names and their defaults.
+const (
+	EnvAddr     = "TOLLGATE_CP_ADDR"
+	EnvRedisURL = "TOLLGATE_REDIS_URL"
+	EnvSeedDemo = "TOLLGATE_SEED_DEMO"
+
+	DefaultAddr     = "127.0.0.1:9090"
+	DefaultRedisURL = "redis://127.0.0.1:6390/0"
+	DefaultSeedDemo = true
+)
+
+// Config is the control plane's configuration.
+type Config struct {
+	Addr     string // HTTP listen address host:port
+	RedisURL string // redis:// or rediss:// URL; may carry a password
+	SeedDemo bool   // seed the demo config into an empty Redis
+
+	redisOpts *redis.Options
+}
+
+// FromEnv fills a Config from getenv (os.Getenv in production) with defaults for unset
+// variables, and returns every validation error joined.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Addr:     orDefault(getenv(EnvAddr), DefaultAddr),
+		RedisURL: orDefault(getenv(EnvRedisURL), DefaultRedisURL),
+		SeedDemo: DefaultSeedDemo,
+	}
+	var errs []error
+	if v := strings.TrimSpace(getenv(EnvSeedDemo)); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want true or false", EnvSeedDemo, v))
+		}
+		c.SeedDemo = b
+	}
+	errs = append(errs, c.validate()...)
+	return c, errors.Join(errs...)
+}
+
+func (c *Config) validate() []error {
+	var errs []error
+	if err := validateAddr(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvAddr, c.Addr, err))
+	}
+	opts, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvRedisURL, redactURL(c.RedisURL), scrubURLError(err)))
+	} else {
+		c.redisOpts = opts
+	}
+	return errs
+}
+
+// RedisOptions returns the client options of RedisURL, with context deadlines honoured by reads
+// and writes (so a health check's 500 ms budget holds against a frozen Redis). Only valid on a
+// Config returned by FromEnv without error.
+func (c Config) RedisOptions() *redis.Options {
+	if c.redisOpts == nil {
+		return nil
+	}
+	o := *c.redisOpts
+	o.ContextTimeoutEnabled = true
+	return &o
+}
+
+// LogValue prints the config without secrets (the Redis password is redacted).
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("addr", c.Addr),
+		slog.String("redis_url", redactURL(c.RedisURL)),
+		slog.Bool("seed_demo", c.SeedDemo),
+	)
+}
+
+func validateAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if host != "" && net.ParseIP(host) == nil && !validHostname(host) {
+		return fmt.Errorf("bad host %q", host)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("bad port %q: want 1-65535", port)
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// scrubURLError keeps a URL parse error from echoing the raw URL and its password.
+func scrubURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = "<redacted>"
+	}
+	return err
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable>"
+	}
+	return u.Redacted()
+}
+
+func orDefault(v, def string) string {
+	if v = strings.TrimSpace(v); v == "" {
+		return def
+	}
+	return v
+}

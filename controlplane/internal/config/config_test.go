@@ -1,0 +1,84 @@
+package config
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatalf("FromEnv(empty) error: %v", err)
+	}
+	if c.Addr != "127.0.0.1:9090" || c.RedisURL != "redis://127.0.0.1:6390/0" || !c.SeedDemo {
+		t.Fatalf("defaults = %+v", c)
+	}
+	o := c.RedisOptions()
+	if o == nil || o.Addr != "127.0.0.1:6390" || o.DB != 0 || !o.ContextTimeoutEnabled {
+		t.Fatalf("RedisOptions = %+v", o)
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{
+		EnvAddr: "0.0.0.0:8080", EnvRedisURL: "redis://:pw@localhost:7000/3", EnvSeedDemo: "false",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "0.0.0.0:8080" || c.SeedDemo || c.RedisOptions().DB != 3 || c.RedisOptions().Password != "pw" {
+		t.Fatalf("overrides = %+v / %+v", c, c.RedisOptions())
+	}
+}
+
+func TestInvalidValuesAreAllReported(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"addr without port", map[string]string{EnvAddr: "127.0.0.1"}, []string{EnvAddr}},
+		{"port out of range", map[string]string{EnvAddr: "127.0.0.1:70000"}, []string{EnvAddr}},
+		{"bad host", map[string]string{EnvAddr: "a b:80"}, []string{EnvAddr}},
+		{"bad scheme", map[string]string{EnvRedisURL: "http://x:1"}, []string{EnvRedisURL}},
+		{"bad db", map[string]string{EnvRedisURL: "redis://x:1/abc"}, []string{EnvRedisURL}},
+		{"bad bool", map[string]string{EnvSeedDemo: "maybe"}, []string{EnvSeedDemo}},
+		{"all three", map[string]string{EnvAddr: ":0", EnvRedisURL: "nope://", EnvSeedDemo: "2"},
+			[]string{EnvAddr, EnvRedisURL, EnvSeedDemo}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := FromEnv(env(tc.env))
+			if err == nil {
+				t.Fatalf("FromEnv(%v): want error", tc.env)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestPrintedConfigHasNoPassword(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{EnvRedisURL: "redis://user:s3cret@127.0.0.1:6390/0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("config", "config", c)
+	if out := buf.String(); strings.Contains(out, "s3cret") || !strings.Contains(out, "127.0.0.1:6390") {
+		t.Fatalf("printed config = %q: must show the address, not the password", out)
+	}
+	_, err = FromEnv(env(map[string]string{EnvRedisURL: "redis://user:s3cret@host:x/0"}))
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error %v must exist and not contain the password", err)
+	}
+}

@@ -1,0 +1,76 @@
+// Package keys builds the Redis key and channel names of tollgate. The formats are a contract
+// shared with the Lua gateway and fixed by testdata/keys.golden; per-cluster keys carry the
+// Redis Cluster hash tag {<cluster_id>} so every multi-key script stays in one slot.
+//
+// Builders do not validate: callers check every id with ValidID before building a key.
+package keys
+
+const (
+	rlPrefix   = "ratelimit:"
+	connPrefix = "connlimit:"
+	maxIDLen   = 128
+)
+
+func tag(cluster string) string { return "{" + cluster + "}" }
+
+// L1 is the hash of a storage cluster's L1 state (capacity, allocated, available, borrowed).
+func L1(cluster string) string { return rlPrefix + tag(cluster) + ":l1" }
+
+// L1Apps is the sorted set app -> guaranteed quota of a cluster's allocations.
+func L1Apps(cluster string) string { return L1(cluster) + ":apps" }
+
+// L2 is the hash of an app's L2 bucket (config and refill state).
+func L2(cluster, app string) string { return rlPrefix + tag(cluster) + ":l2:" + app }
+
+// Leases is the hash of per-node lease accounting of an app.
+func Leases(cluster, app string) string { return rlPrefix + tag(cluster) + ":leases:" + app }
+
+// Stats is the hash of an app's consumption statistics.
+func Stats(cluster, app string) string { return rlPrefix + tag(cluster) + ":stats:" + app }
+
+// Nodes is the sorted set node -> last contact (Unix seconds) of an app.
+func Nodes(cluster, app string) string { return rlPrefix + tag(cluster) + ":nodes:" + app }
+
+// ConnConfig is the connection-limiter config of an app.
+func ConnConfig(cluster, app string) string { return connPrefix + tag(cluster) + ":config:" + app }
+
+// ConnCluster is the connection-limiter config of a cluster.
+func ConnCluster(cluster string) string { return connPrefix + tag(cluster) + ":cluster" }
+
+// AppsIndex is the hash app -> JSON config read by gateways (no hash tag).
+func AppsIndex() string { return rlPrefix + "apps" }
+
+// ClustersIndex is the set of cluster ids (no hash tag).
+func ClustersIndex() string { return rlPrefix + "clusters" }
+
+// ConfigVersion is the integer bumped on every config change (no hash tag).
+func ConfigVersion() string { return rlPrefix + "config:version" }
+
+// ConfigChannel is the pub/sub channel announcing a new config version.
+func ConfigChannel() string { return rlPrefix + "config:update" }
+
+// Gateways is the registry of gateway nodes (no hash tag).
+func Gateways() string { return rlPrefix + "gateways" }
+
+// ValidID reports whether s matches ^[A-Za-z0-9_-]{1,128}$, the only ids that may reach a key,
+// a log line or a metric label.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > maxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !idByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func idByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	default:
+		return c == '_' || c == '-'
+	}
+}

@@ -1,0 +1,233 @@
+-- Settings of the gateway (from init() options or TOLLGATE_* environment variables) and the
+-- cache of app configs: Redis `ratelimit:apps` -> config_dict (shared by workers) -> a
+-- per-worker table of parsed configs keyed by config version.
+local cjson = require("cjson.safe")
+local keys = require("tollgate.keys")
+
+local getenv = os.getenv
+local tonumber = tonumber
+local type = type
+local floor = math.floor
+
+local _M = {}
+
+local cdict = ngx.shared.config_dict
+
+local function num_env(name, default)
+    local v = getenv(name)
+    if v == nil or v == "" then
+        return default
+    end
+    local n = tonumber(v)
+    if not n then
+        error(name .. " must be a number, got '" .. v .. "'", 0)
+    end
+    return n
+end
+
+local function default_node_id()
+    local f = io.open("/proc/sys/kernel/hostname", "r")
+    local h = f and f:read("*l") or "node"
+    if f then
+        f:close()
+    end
+    h = h:gsub("[^%w_%-]", "-"):sub(1, 100)
+    return "gw-" .. h
+end
+
+--- Build settings from opts (table) over environment over defaults; error() on bad values.
+function _M.settings(opts)
+    opts = opts or {}
+    local s = {
+        redis_url = opts.redis_url or getenv("TOLLGATE_REDIS_URL") or "redis://127.0.0.1:6390/0",
+        node_id = opts.node_id or getenv("TOLLGATE_NODE_ID") or default_node_id(),
+        scripts_dir = opts.scripts_dir or getenv("TOLLGATE_SCRIPTS_DIR"),
+        mode = opts.mode or getenv("TOLLGATE_LIMITER_MODE") or "lease",
+        app_header = opts.app_header or getenv("TOLLGATE_APP_HEADER") or "X-App-Id",
+        op_timeout_ms = opts.op_timeout_ms or num_env("TOLLGATE_REDIS_TIMEOUT_MS", 100),
+        bg_timeout_ms = opts.bg_timeout_ms or num_env("TOLLGATE_REDIS_BG_TIMEOUT_MS", 1000),
+        sync_interval = opts.sync_interval or num_env("TOLLGATE_SYNC_INTERVAL", 0.1),
+        batch_threshold = opts.batch_threshold or num_env("TOLLGATE_BATCH_THRESHOLD", 1000),
+        min_target = opts.min_target or num_env("TOLLGATE_RESERVE_TARGET", 1000),
+        max_target = opts.max_target or num_env("TOLLGATE_MAX_TARGET", 200000),
+        target_horizon = opts.target_horizon or num_env("TOLLGATE_TARGET_HORIZON", 0.2),
+        refill_threshold = opts.refill_threshold or 0.2,
+        idle_return_after = opts.idle_return_after or num_env("TOLLGATE_IDLE_RETURN", 1.0),
+        fail_open_rate = opts.fail_open_rate or num_env("TOLLGATE_FAIL_OPEN_RATE", 100),
+        neg_cache_min = opts.neg_cache_min or 0.05,
+        neg_cache_max = opts.neg_cache_max or 1.0,
+        breaker_open = opts.breaker_open or 1.0,
+        config_poll = opts.config_poll or num_env("TOLLGATE_CONFIG_POLL", 1.0),
+        pool_size = opts.pool_size or 50,
+        costs = opts.costs,
+    }
+    if not keys.valid_id(s.node_id) then
+        error("TOLLGATE_NODE_ID must match ^[A-Za-z0-9_-]{1,128}$, got '" .. s.node_id .. "'", 0)
+    end
+    if s.mode ~= "lease" and s.mode ~= "remote" then
+        error("TOLLGATE_LIMITER_MODE must be 'lease' or 'remote', got '" .. s.mode .. "'", 0)
+    end
+    if s.op_timeout_ms <= 0 or s.op_timeout_ms > 100 then
+        error("TOLLGATE_REDIS_TIMEOUT_MS must be in (0, 100]", 0)
+    end
+    if s.sync_interval <= 0 or s.batch_threshold < 1 or s.min_target < 1 then
+        error("sync interval, batch threshold and reserve target must be positive", 0)
+    end
+    if s.fail_open_rate < 0 then
+        error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)
+    end
+    return s
+end
+
+-- Parse and check one app config (JSON from ratelimit:apps). Returns table or nil, err.
+local function parse_app(id, json)
+    local c, err = cjson.decode(json)
+    if type(c) ~= "table" then
+        return nil, "bad json: " .. tostring(err)
+    end
+    local cluster = c.cluster_id
+    if not keys.valid_id(cluster) then
+        return nil, "invalid cluster_id"
+    end
+    local c_bw = c.c_bw == nil and 1 or c.c_bw
+    if type(c_bw) ~= "number" or c_bw < 0 or c_bw ~= floor(c_bw) then
+        return nil, "invalid c_bw"
+    end
+    local g, b = c.guaranteed_quota, c.burst_quota
+    if type(g) ~= "number" or type(b) ~= "number" or g <= 0 or b < g then
+        return nil, "invalid quotas"
+    end
+    local prio = c.priority
+    if type(prio) ~= "number" or prio < 0 or prio > 3 then
+        return nil, "invalid priority"
+    end
+    return {
+        id = id,
+        cluster = cluster,
+        c_bw = c_bw,
+        guaranteed = g,
+        burst = b,
+        priority = prio,
+        enabled = c.enabled ~= false,
+        -- Redis keys of this app (built once per config version, not per request)
+        k_l2 = keys.l2(cluster, id),
+        k_leases = keys.leases(cluster, id),
+        k_stats = keys.stats(cluster, id),
+        k_nodes = keys.nodes(cluster, id),
+    }
+end
+_M.parse_app = parse_app
+
+-- per-worker cache, invalidated by the generation bumped on every reload
+local cache = {}
+local cache_n = 0
+local cache_version = nil
+local CACHE_MAX = 20000
+
+--- The config of app `id`, false when unknown, nil when no config was ever loaded.
+function _M.app(id)
+    local v = cdict:get("generation")
+    if v == nil then
+        return nil
+    end
+    if v ~= cache_version then
+        cache = {}
+        cache_n = 0
+        cache_version = v
+    end
+    local a = cache[id]
+    if a ~= nil then
+        return a
+    end
+    local s = cdict:get("app:" .. id)
+    if s then
+        a = parse_app(id, s) or false
+    else
+        a = false
+    end
+    if cache_n >= CACHE_MAX then
+        cache = {}
+        cache_n = 0
+    end
+    cache[id] = a
+    cache_n = cache_n + 1
+    return a
+end
+
+function _M.version()
+    return cdict:get("version")
+end
+
+--- All known app ids (per worker, rebuilt when the version changes).
+local ids_cache, ids_version = {}, nil
+function _M.app_ids()
+    local v = cdict:get("generation")
+    if v ~= ids_version then
+        local ids = {}
+        for _, k in ipairs(cdict:get_keys(0)) do
+            if k:sub(1, 4) == "app:" then
+                ids[#ids + 1] = k:sub(5)
+            end
+        end
+        ids_cache, ids_version = ids, v
+    end
+    return ids_cache
+end
+
+--- Load every app config from Redis (HSCAN, never KEYS) into config_dict.
+-- An entry that does not parse keeps the last good config of that app and counts an error.
+function _M.reload(red)
+    local version, err = red:get(keys.config_version())
+    if err then
+        return nil, err
+    end
+    version = tonumber(version) or 0
+    local fresh, bad = {}, 0
+    local cursor = "0"
+    repeat
+        local res, serr = red:hscan(keys.apps_index(), cursor, "COUNT", 500)
+        if not res then
+            return nil, serr
+        end
+        cursor = res[1]
+        local kv = res[2]
+        for i = 1, #kv, 2 do
+            local id, json = kv[i], kv[i + 1]
+            if keys.valid_id(id) and parse_app(id, json) then
+                fresh[id] = json
+            elseif keys.valid_id(id) then
+                bad = bad + 1
+                ngx.log(ngx.ERR, "tollgate: bad config for app ", id, ", keeping the last good one")
+                fresh[id] = cdict:get("app:" .. id) or false
+            else
+                bad = bad + 1
+            end
+        end
+    until cursor == "0"
+    for _, k in ipairs(cdict:get_keys(0)) do
+        if k:sub(1, 4) == "app:" and not fresh[k:sub(5)] then
+            cdict:delete(k)
+        end
+    end
+    for id, json in pairs(fresh) do
+        if json then
+            local ok, serr = cdict:safe_set("app:" .. id, json)
+            if not ok then
+                return nil, "config_dict: " .. tostring(serr)
+            end
+        end
+    end
+    if bad > 0 then
+        cdict:incr("errors", bad, 0)
+    end
+    -- a strictly new value tells every worker to drop its parsed cache
+    cdict:set("version", version)
+    cdict:incr("generation", 1, 0)
+    return version
+end
+
+function _M.generation()
+    return cdict:get("generation")
+end
+
+return _M

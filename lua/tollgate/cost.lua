@@ -1,0 +1,168 @@
+-- Cost of a request: C_base(op) + ceil(bytes / quantum) * C_bw, capped (Req 1, DESIGN §2).
+-- Pure Lua (no ngx): the operation classifier for S3 request shapes and the arithmetic.
+local ceil = math.ceil
+local floor = math.floor
+local find = string.find
+local byte = string.byte
+
+local _M = {}
+
+local DEFAULT_BASE = {
+    GET = 1, HEAD = 1, OPTIONS = 1,
+    PUT = 5, POST = 5, PATCH = 3, DELETE = 2,
+    LIST = 3, COPY = 6,
+    MULTIPART_INIT = 2, MULTIPART_UPLOAD = 4, MULTIPART_COMPLETE = 8, MULTIPART_ABORT = 3,
+}
+_M.DEFAULT_BASE = DEFAULT_BASE
+_M.OPS = {}
+for op in pairs(DEFAULT_BASE) do
+    _M.OPS[#_M.OPS + 1] = op
+end
+table.sort(_M.OPS)
+
+-- Operations whose request body is uploaded (charged on request bytes).
+local UPLOAD = { PUT = true, POST = true, PATCH = true, MULTIPART_UPLOAD = true }
+-- Operations whose response body is a download (bandwidth charged after the response).
+local DOWNLOAD = { GET = true }
+_M.UPLOAD = UPLOAD
+_M.DOWNLOAD = DOWNLOAD
+
+local AMP = byte("&")
+local EQ = byte("=")
+
+-- true when the query string q has a parameter named `name` (with or without a value)
+local function has_arg(q, name)
+    if not q or q == "" then
+        return false
+    end
+    local n = #name
+    local init = 1
+    while true do
+        local s, e = find(q, name, init, true)
+        if not s then
+            return false
+        end
+        local before = s == 1 or byte(q, s - 1) == AMP
+        local after = byte(q, e + 1)
+        if before and (after == nil or after == EQ or after == AMP) then
+            return true
+        end
+        init = s + n
+    end
+end
+_M.has_arg = has_arg
+
+-- true when the path addresses a bucket rather than an object: "/", "/b", "/b/"
+local function is_bucket_path(path)
+    if not path or path == "" or path == "/" then
+        return true
+    end
+    local slash = find(path, "/", 2, true)
+    return slash == nil or slash == #path
+end
+_M.is_bucket_path = is_bucket_path
+
+--- Classify an S3-style request.
+-- @param method string HTTP method (upper case)
+-- @param path string URI path without query
+-- @param query string|nil raw query string
+-- @param copy_source boolean the request carries x-amz-copy-source
+-- @return op string, or nil and "unsupported_method"
+function _M.classify(method, path, query, copy_source)
+    if method == "GET" then
+        if is_bucket_path(path) or has_arg(query, "list-type") or has_arg(query, "uploads")
+                or has_arg(query, "uploadId") then
+            return "LIST"
+        end
+        return "GET"
+    elseif method == "HEAD" then
+        return "HEAD"
+    elseif method == "PUT" then
+        if copy_source then
+            return "COPY"
+        end
+        if has_arg(query, "uploadId") and has_arg(query, "partNumber") then
+            return "MULTIPART_UPLOAD"
+        end
+        return "PUT"
+    elseif method == "POST" then
+        if has_arg(query, "uploads") then
+            return "MULTIPART_INIT"
+        end
+        if has_arg(query, "uploadId") then
+            return "MULTIPART_COMPLETE"
+        end
+        return "POST"
+    elseif method == "DELETE" then
+        if has_arg(query, "uploadId") then
+            return "MULTIPART_ABORT"
+        end
+        return "DELETE"
+    elseif method == "PATCH" then
+        return "PATCH"
+    elseif method == "OPTIONS" then
+        return "OPTIONS"
+    end
+    return nil, "unsupported_method"
+end
+
+--- Bandwidth units of a byte count: ceil(bytes / quantum), 0 for no body.
+function _M.units(bytes, quantum)
+    if not bytes or bytes <= 0 then
+        return 0
+    end
+    return ceil(bytes / quantum)
+end
+
+--- A calculator with its own base costs, quantum and cap.
+-- @param opts table|nil {base = {OP = n}, quantum = 65536, max_cost = 1000000}
+function _M.new(opts)
+    opts = opts or {}
+    local base = {}
+    for op, v in pairs(DEFAULT_BASE) do
+        base[op] = v
+    end
+    for op, v in pairs(opts.base or {}) do
+        if DEFAULT_BASE[op] == nil then
+            return nil, "unknown operation in cost table: " .. tostring(op)
+        end
+        if type(v) ~= "number" or v < 0 or v ~= floor(v) then
+            return nil, "base cost of " .. op .. " must be a non-negative integer"
+        end
+        base[op] = v
+    end
+    local quantum = opts.quantum or 65536
+    if type(quantum) ~= "number" or quantum < 1 or quantum ~= floor(quantum) then
+        return nil, "quantum must be a positive integer"
+    end
+    local max_cost = opts.max_cost or 1000000
+    if type(max_cost) ~= "number" or max_cost < 1 then
+        return nil, "max_cost must be positive"
+    end
+    return setmetatable({ base = base, quantum = quantum, max_cost = max_cost }, { __index = _M })
+end
+
+--- Cost of an operation moving `bytes` with bandwidth coefficient c_bw (Property 1).
+function _M.calculate(self, op, bytes, c_bw)
+    local c = (self.base[op] or 0) + _M.units(bytes, self.quantum) * (c_bw or 1)
+    if c > self.max_cost then
+        c = self.max_cost
+    end
+    return c
+end
+
+--- Bandwidth-only cost of `bytes` (post-hoc charges), capped so that already + extra <= max.
+function _M.bandwidth(self, bytes, c_bw, already)
+    local c = _M.units(bytes, self.quantum) * (c_bw or 1)
+    local room = self.max_cost - (already or 0)
+    if room < 0 then
+        room = 0
+    end
+    if c > room then
+        c = room
+    end
+    return c
+end
+
+
+return _M

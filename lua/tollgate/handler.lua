@@ -1,0 +1,233 @@
+-- nginx phase entry points of tollgate. Everything else lives in the modules this one wires.
+--   init()        init_by_lua:        settings, scripts read from disk
+--   init_worker() init_worker_by_lua: Redis client, timers (worker 0: sync, config watch)
+--   access()      access_by_lua:      identify, classify, cost, L3 acquire or 4xx
+--   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
+--   health(), metrics()               content handlers, never limited
+local config = require("tollgate.config")
+local keys = require("tollgate.keys")
+local cost_mod = require("tollgate.cost")
+local scripts = require("tollgate.scripts")
+local rredis = require("tollgate.redis")
+local metrics = require("tollgate.metrics")
+local response = require("tollgate.response")
+local shm = require("tollgate.shm")
+local l3 = require("tollgate.l3_bucket")
+local sync = require("tollgate.sync")
+local watch = require("tollgate.watch")
+
+local cjson = require("cjson.safe")
+local get_headers = ngx.req.get_headers
+local get_method = ngx.req.get_method
+local var = ngx.var
+local header = ngx.header
+local type = type
+local tonumber = tonumber
+local find = string.find
+
+local _M = {}
+
+local S, SC, R, CALC
+local app_header_lc
+
+local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true,
+                        PATCH = true, OPTIONS = true }
+
+function _M.init(opts)
+    S = config.settings(opts)
+    local set, err = scripts.load(S.scripts_dir)
+    if not set then
+        error("tollgate: " .. err, 0)
+    end
+    SC = set
+    local calc, cerr = cost_mod.new(S.costs)
+    if not calc then
+        error("tollgate: " .. cerr, 0)
+    end
+    CALC = calc
+    app_header_lc = S.app_header:lower()
+end
+
+function _M.init_worker()
+    if not S then
+        _M.init()
+    end
+    local client, err = rredis.new({ url = S.redis_url, pool_size = S.pool_size,
+                                     on_latency = metrics.redis_latency })
+    if not client then
+        error("tollgate: " .. err, 0)
+    end
+    R = client
+    l3.init(S, R, SC, sync)
+    sync.init(S, R, SC, l3)
+    watch.init(S, R)
+    ngx.timer.every(1, function(premature)
+        if not premature then
+            metrics.flush()
+        end
+    end)
+    if ngx.worker.id() == 0 then
+        ngx.timer.every(S.sync_interval, function(premature)
+            if not premature then
+                sync.tick()
+            end
+        end)
+        watch.start()
+    end
+end
+
+local function reject_invalid(reason, message, status)
+    ngx.ctx.tg_label = "_invalid"
+    return response.refuse(status or 400, reason, message)
+end
+
+function _M.access()
+    local headers = get_headers(100)
+    local id = headers[app_header_lc]
+    if id == nil then
+        return reject_invalid("missing_app_id", "the " .. S.app_header .. " header is required")
+    end
+    if type(id) == "table" then
+        return reject_invalid("duplicate_app_id", "send exactly one " .. S.app_header .. " header")
+    end
+    if not keys.valid_id(id) then
+        return reject_invalid("invalid_app_id",
+            S.app_header .. " must match ^[A-Za-z0-9_-]{1,128}$")
+    end
+    local a = config.app(id)
+    if a == false then
+        ngx.ctx.tg_label = "_unknown"
+        return response.refuse(403, "unknown_app", "no such app")
+    end
+    local method = get_method()
+    local op = cost_mod.classify(method, var.uri, var.args, headers["x-amz-copy-source"] ~= nil)
+    if not op then
+        return reject_invalid("unsupported_method", "method " .. method .. " is not supported", 405)
+    end
+    if a == nil then
+        -- no config was ever loaded (Redis unreachable since start): admit from fail-open
+        local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
+        ngx.ctx.tg_label = "_unconfigured"
+        if not ok then
+            return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
+        end
+        return
+    end
+    if not a.enabled then
+        ngx.ctx.tg_label = id
+        return response.refuse(403, "app_disabled", "the app is disabled")
+    end
+
+    local bytes = 0
+    local chunked = false
+    if cost_mod.UPLOAD[op] then
+        local te = headers["transfer-encoding"]
+        if te and te ~= "identity" then
+            chunked = true
+        else
+            bytes = tonumber(headers["content-length"]) or 0
+        end
+    end
+    local cost = CALC:calculate(op, bytes, a.c_bw)
+    local ok, x, y = l3.acquire(a, cost)
+    local ctx = ngx.ctx
+    ctx.tg_label = id
+    if not ok then
+        if x == "app_disabled" then
+            return response.refuse(403, x, "the app is disabled")
+        end
+        local retry = l3.retry_after(y)
+        return response.too_many(x, cost, retry, y, { quota = a.guaranteed, window = 1 })
+    end
+    ctx.tg_app = a
+    ctx.tg_cost = cost
+    ctx.tg_op = op
+    ctx.tg_source = y          -- "fail_open" or nil (lease)
+    ctx.tg_chunked = chunked
+    header["X-RateLimit-Cost"] = cost
+    header["X-RateLimit-Remaining"] = x
+end
+
+-- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)
+local function upstream_answered()
+    local b = var.upstream_bytes_received
+    return b ~= nil and find(b, "[1-9]") ~= nil
+end
+
+function _M.log()
+    local ctx = ngx.ctx
+    local label = ctx.tg_label
+    if not label then
+        return
+    end
+    local method = get_method()
+    if not KNOWN_METHODS[method] then
+        method = "OTHER"
+    end
+    local status = ngx.status
+    local a = ctx.tg_app
+    if not a then
+        metrics.request(label, method, status, nil)
+        return
+    end
+    local cost = ctx.tg_cost
+    local cancelled = (status == 499 or status >= 500) and not upstream_answered()
+    if cancelled then
+        l3.rollback(a, cost, ctx.tg_source)
+        metrics.request(label, method, status, nil)
+        return
+    end
+    local extra = 0
+    if ctx.tg_chunked then
+        -- nginx sets $content_length to the de-chunked size once it has read the body
+        extra = CALC:bandwidth(tonumber(var.content_length) or 0, a.c_bw, cost)
+    elseif cost_mod.DOWNLOAD[ctx.tg_op] then
+        extra = CALC:bandwidth(tonumber(var.body_bytes_sent) or 0, a.c_bw, cost)
+    end
+    if extra > 0 then
+        l3.charge(a, extra, ctx.tg_source)
+    end
+    metrics.request(label, method, status, cost + extra)
+end
+
+function _M.health()
+    ngx.header["Content-Type"] = "application/json"
+    ngx.print(cjson.encode({
+        status = "ok",
+        node_id = S.node_id,
+        redis = l3.redis_down() and "unavailable" or "ok",
+        config_version = config.version(),
+        mode = S.mode,
+    }))
+end
+
+function _M.metrics()
+    metrics.flush()
+    local gauges = {}
+    local dict = shm.dict
+    for _, id in ipairs(config.app_ids()) do
+        local k = shm.keys(id)
+        local t = dict:get(k.tokens)
+        if t then
+            gauges['ratelimit_l3_tokens{app_id="' .. id .. '"}'] = t
+            gauges['ratelimit_l3_debt{app_id="' .. id .. '"}'] = dict:get(k.debt) or 0
+            gauges['ratelimit_l3_reserve_target{app_id="' .. id .. '"}'] =
+                dict:get(k.target) or S.min_target
+        end
+    end
+    gauges["ratelimit_l3_cache_hit_ratio"] = metrics.hit_ratio()
+    gauges["ratelimit_config_version"] = config.version() or 0
+    gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+    ngx.print(metrics.render(gauges))
+end
+
+function _M.settings()
+    return S
+end
+
+function _M.calculator()
+    return CALC
+end
+
+return _M

@@ -1,0 +1,26 @@
+-- Redis key and channel names, one builder per key (contract: testdata/keys.golden).
+-- Per-cluster keys carry the hash tag {<cluster_id>} so every script stays in one slot.
+-- Callers validate ids with valid_id() before building any key.
+local find = string.find
+
+local _M = {}
+
+function _M.valid_id(s)
+    return type(s) == "string" and #s >= 1 and #s <= 128 and not find(s, "[^%w_%-]")
+end
+
+function _M.l1(c) return "ratelimit:{" .. c .. "}:l1" end
+function _M.l1_apps(c) return "ratelimit:{" .. c .. "}:l1:apps" end
+function _M.l2(c, a) return "ratelimit:{" .. c .. "}:l2:" .. a end
+function _M.leases(c, a) return "ratelimit:{" .. c .. "}:leases:" .. a end
+function _M.stats(c, a) return "ratelimit:{" .. c .. "}:stats:" .. a end
+function _M.nodes(c, a) return "ratelimit:{" .. c .. "}:nodes:" .. a end
+function _M.conn_config(c, a) return "connlimit:{" .. c .. "}:config:" .. a end
+function _M.conn_cluster(c) return "connlimit:{" .. c .. "}:cluster" end
+function _M.apps_index() return "ratelimit:apps" end
+function _M.clusters_index() return "ratelimit:clusters" end
+function _M.config_version() return "ratelimit:config:version" end
+function _M.config_channel() return "ratelimit:config:update" end
+function _M.gateways() return "ratelimit:gateways" end
+
+return _M

@@ -1,0 +1,211 @@
+-- Prometheus metrics. The request path only bumps per-worker Lua tables (no shared-memory
+-- work); a timer flushes them into the tollgate_metrics dict every second, and /metrics renders
+-- the dict (plus gauges read at scrape time) as Prometheus text.
+local mdict = ngx.shared.tollgate_metrics
+
+local pairs = pairs
+local format = string.format
+local concat = table.concat
+local sort = table.sort
+local find = string.find
+local sub = string.sub
+
+local _M = {}
+
+local COST_BUCKETS = { 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 10000, 100000, 1000000 }
+local LATENCY_BUCKETS = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1 }
+_M.COST_BUCKETS = COST_BUCKETS
+
+local HELP = {
+    ratelimit_requests_total = { "counter", "Requests by app, method and status." },
+    ratelimit_request_cost = { "histogram", "Cost charged per request (tokens)." },
+    ratelimit_redis_latency_seconds = { "histogram", "Latency of Redis round trips." },
+    ratelimit_l3_hits_total = { "counter", "Requests admitted from the local lease." },
+    ratelimit_l3_misses_total = { "counter", "Requests that found the local lease empty." },
+    ratelimit_l3_cache_hit_ratio = { "gauge", "Local hits / (hits + misses) on this node." },
+    ratelimit_l3_tokens = { "gauge", "Tokens held in the local lease by app." },
+    ratelimit_l3_debt = { "gauge", "Post-hoc charges the lease could not cover, by app." },
+    ratelimit_l3_reserve_target = { "gauge", "Adaptive reserve target of the local lease by app." },
+    ratelimit_rejected_total = { "counter", "Requests rejected, by app and reason." },
+    ratelimit_redis_calls_total = { "counter", "Redis round trips by operation." },
+    ratelimit_redis_errors_total = { "counter", "Failed Redis round trips by operation." },
+    ratelimit_rollbacks_total = { "counter", "Charges returned for cancelled requests by app." },
+    ratelimit_reports_total = { "counter", "Consumption reports by result." },
+    ratelimit_returned_tokens_total = { "counter", "Idle lease tokens returned to L2." },
+    ratelimit_fail_open_total = { "counter", "Requests admitted by the fail-open budget." },
+    ratelimit_config_errors_total = { "counter", "App configs rejected by this node." },
+    ratelimit_config_version = { "gauge", "Config version this node enforces." },
+}
+
+-- per-worker accumulators
+local req = {}           -- req[app][method][status] = n
+local cost_b = {}        -- index -> n
+local cost_sum, cost_n = 0, 0
+local lat_b = {}
+local lat_sum, lat_n = 0, 0
+local hits, misses = 0, 0
+local other = {}         -- series -> n (rare events)
+
+for i = 1, #COST_BUCKETS + 1 do cost_b[i] = 0 end
+for i = 1, #LATENCY_BUCKETS + 1 do lat_b[i] = 0 end
+
+local function bucket_index(buckets, v)
+    for i = 1, #buckets do
+        if v <= buckets[i] then
+            return i
+        end
+    end
+    return #buckets + 1
+end
+
+function _M.request(app, method, status, cost)
+    local a = req[app]
+    if not a then
+        a = {}
+        req[app] = a
+    end
+    local m = a[method]
+    if not m then
+        m = {}
+        a[method] = m
+    end
+    m[status] = (m[status] or 0) + 1
+    if cost and cost > 0 then
+        local i = bucket_index(COST_BUCKETS, cost)
+        cost_b[i] = cost_b[i] + 1
+        cost_sum = cost_sum + cost
+        cost_n = cost_n + 1
+    end
+end
+
+function _M.hit() hits = hits + 1 end
+function _M.miss() misses = misses + 1 end
+
+function _M.redis_latency(sec)
+    local i = bucket_index(LATENCY_BUCKETS, sec)
+    lat_b[i] = lat_b[i] + 1
+    lat_sum = lat_sum + sec
+    lat_n = lat_n + 1
+end
+
+--- Count a rare event under a full series name, e.g. 'ratelimit_rejected_total{...}'.
+function _M.inc(series, n)
+    other[series] = (other[series] or 0) + (n or 1)
+end
+
+local function add(key, n)
+    if n ~= 0 then
+        mdict:incr(key, n, 0)
+    end
+end
+
+local function flush_hist(name, buckets, b, sum, n)
+    if n == 0 then
+        return
+    end
+    for i = 1, #buckets + 1 do
+        add(name .. "\0" .. i, b[i])
+        b[i] = 0
+    end
+    add(name .. "\0sum", sum)
+    add(name .. "\0count", n)
+end
+
+--- Move this worker's accumulators into the shared dict.
+function _M.flush()
+    for app, ms in pairs(req) do
+        for method, ss in pairs(ms) do
+            for status, n in pairs(ss) do
+                add(format('ratelimit_requests_total{app_id="%s",method="%s",status="%d"}',
+                    app, method, status), n)
+            end
+        end
+    end
+    req = {}
+    flush_hist("ratelimit_request_cost", COST_BUCKETS, cost_b, cost_sum, cost_n)
+    cost_sum, cost_n = 0, 0
+    flush_hist("ratelimit_redis_latency_seconds", LATENCY_BUCKETS, lat_b, lat_sum, lat_n)
+    lat_sum, lat_n = 0, 0
+    add("ratelimit_l3_hits_total", hits)
+    add("ratelimit_l3_misses_total", misses)
+    hits, misses = 0, 0
+    for series, n in pairs(other) do
+        add(series, n)
+    end
+    other = {}
+end
+
+local function fmt_num(v)
+    if v == math.floor(v) and v < 1e15 and v > -1e15 then
+        return format("%d", v)
+    end
+    return format("%.6g", v)
+end
+
+local function render_hist(out, name, buckets)
+    local count = mdict:get(name .. "\0count")
+    if not count then
+        return
+    end
+    local cum = 0
+    for i = 1, #buckets do
+        cum = cum + (mdict:get(name .. "\0" .. i) or 0)
+        out[#out + 1] = format('%s_bucket{le="%s"} %s', name, fmt_num(buckets[i]), fmt_num(cum))
+    end
+    cum = cum + (mdict:get(name .. "\0" .. (#buckets + 1)) or 0)
+    out[#out + 1] = format('%s_bucket{le="+Inf"} %s', name, fmt_num(cum))
+    out[#out + 1] = format("%s_sum %s", name, fmt_num(mdict:get(name .. "\0sum") or 0))
+    out[#out + 1] = format("%s_count %s", name, fmt_num(count))
+end
+
+--- Prometheus text of everything in the dict plus `gauges` ({series = value}).
+function _M.render(gauges)
+    _M.flush()
+    local series = {}
+    for _, k in ipairs(mdict:get_keys(0)) do
+        if not find(k, "\0", 1, true) then
+            series[#series + 1] = k
+        end
+    end
+    for k in pairs(gauges) do
+        series[#series + 1] = k
+    end
+    sort(series)
+    local out, last = {}, nil
+    local function header(name)
+        if name ~= last then
+            local h = HELP[name]
+            if h then
+                out[#out + 1] = "# HELP " .. name .. " " .. h[2]
+                out[#out + 1] = "# TYPE " .. name .. " " .. h[1]
+            end
+            last = name
+        end
+    end
+    for _, k in ipairs(series) do
+        local brace = find(k, "{", 1, true)
+        header(brace and sub(k, 1, brace - 1) or k)
+        local v = gauges[k] or mdict:get(k) or 0
+        out[#out + 1] = k .. " " .. fmt_num(v)
+    end
+    for _, h in ipairs({ { "ratelimit_request_cost", COST_BUCKETS },
+                         { "ratelimit_redis_latency_seconds", LATENCY_BUCKETS } }) do
+        last = nil
+        header(h[1])
+        render_hist(out, h[1], h[2])
+    end
+    out[#out + 1] = ""
+    return concat(out, "\n")
+end
+
+--- Local hit ratio of this node from the flushed counters.
+function _M.hit_ratio()
+    local h = mdict:get("ratelimit_l3_hits_total") or 0
+    local m = mdict:get("ratelimit_l3_misses_total") or 0
+    if h + m == 0 then
+        return 1
+    end
+    return h / (h + m)
+end
+
+return _M

@@ -1,0 +1,114 @@
+-- Config watch (worker 0): apply a new config version at once on a pub/sub notice, and poll
+-- the version so that a missed notice converges within one poll interval (DESIGN §8).
+-- Also announces this node in `ratelimit:gateways` (id, last report, config version).
+local config = require("tollgate.config")
+local keys = require("tollgate.keys")
+local cjson = require("cjson.safe")
+
+local log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local now = ngx.now
+
+local _M = {}
+
+local S, R
+local ANNOUNCE_EVERY = 5
+local last_announce = 0
+
+function _M.init(settings, client)
+    S, R = settings, client
+end
+
+local function reload(reason)
+    local v, err = R:with(S.bg_timeout_ms, function(red)
+        return config.reload(red)
+    end)
+    if not v then
+        log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
+        return nil, err
+    end
+    log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
+    return v
+end
+_M.reload = reload
+
+local function poll(premature)
+    if premature then
+        return
+    end
+    local v, err = R:with(S.bg_timeout_ms, function(red)
+        local ver, gerr = red:get(keys.config_version())
+        if gerr then
+            return nil, gerr
+        end
+        local t = now()
+        if t - last_announce >= ANNOUNCE_EVERY then
+            last_announce = t
+            red:hset(keys.gateways(), S.node_id, cjson.encode({
+                node_id = S.node_id,
+                last_seen = math.floor(t),
+                config_version = config.version(),
+                mode = S.mode,
+            }))
+        end
+        return ver
+    end)
+    if err then
+        return
+    end
+    local current = config.version()
+    if current == nil or tonumber(v) ~= current then
+        reload("poll")
+    end
+end
+
+-- Long-lived subscriber; reconnects after errors.
+local function subscriber(premature)
+    if premature then
+        return
+    end
+    while not ngx.worker.exiting() do
+        local red, err = R:connect(S.bg_timeout_ms)
+        if red then
+            red:set_timeout(5000)
+            local ok, serr = red:subscribe(keys.config_channel())
+            if ok then
+                reload("subscribe")
+                while not ngx.worker.exiting() do
+                    local msg, rerr = red:read_reply()
+                    if msg then
+                        if msg[1] == "message" then
+                            reload("notice")
+                        end
+                    elseif rerr ~= "timeout" then
+                        err = rerr
+                        break
+                    end
+                end
+            else
+                err = serr
+            end
+            red:close()
+        end
+        if not ngx.worker.exiting() then
+            log(WARN, "tollgate: config subscriber reconnecting: ", err)
+            ngx.sleep(1)
+        end
+    end
+end
+
+function _M.start()
+    local ok, err = ngx.timer.at(0, poll)
+    if ok then
+        ok, err = ngx.timer.every(S.config_poll, poll)
+    end
+    if ok then
+        ok, err = ngx.timer.at(0, subscriber)
+    end
+    if not ok then
+        log(ERR, "tollgate: cannot start config watch: ", err)
+    end
+end
+
+return _M

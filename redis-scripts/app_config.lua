@@ -1,0 +1,79 @@
+-- app_config: create or update an app's L2 configuration and its L1 allocation, atomically.
+-- KEYS[1] l1 hash  KEYS[2] l1 apps zset  KEYS[3] l2 hash
+-- ARGV[1] app_id  ARGV[2] guaranteed_quota  ARGV[3] burst_quota  ARGV[4] priority
+-- ARGV[5] c_bw  ARGV[6] max_borrow  ARGV[7] enabled (1|0)
+-- Returns {allocated, available}. Runtime state (tokens, borrowed, debt) is kept; tokens are
+-- capped at a lowered burst, and a new bucket starts full.
+local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity'))
+if not capacity then
+    return redis.error_reply('unknown_cluster')
+end
+local MAX = 9007199254740992
+-- a whole number in [lo, MAX), rejecting inf and nan that Redis' tonumber accepts
+local function int_arg(v, lo)
+    local n = tonumber(v)
+    if not n or n ~= n or n < lo or n >= MAX or n ~= math.floor(n) then
+        return nil
+    end
+    return n
+end
+local g = int_arg(ARGV[2], 1)
+local burst = int_arg(ARGV[3], 1)
+local prio = int_arg(ARGV[4], 0)
+local cbw = int_arg(ARGV[5], 0)
+local maxb = int_arg(ARGV[6], 0)
+if not g then
+    return redis.error_reply('invalid_guaranteed_quota')
+end
+if not burst or burst < g then
+    return redis.error_reply('invalid_burst_quota')
+end
+if not prio or prio > 3 then
+    return redis.error_reply('invalid_priority')
+end
+if not cbw then
+    return redis.error_reply('invalid_c_bw')
+end
+if not maxb then
+    return redis.error_reply('invalid_max_borrow')
+end
+
+-- Property 11: guaranteed quotas never exceed the non-reserved capacity of the cluster
+local ratio = tonumber(redis.call('HGET', KEYS[1], 'reserved_ratio')) or 0
+local others = 0
+local cur = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 1, #cur, 2 do
+    if cur[i] ~= ARGV[1] then
+        others = others + tonumber(cur[i + 1])
+    end
+end
+if others + g > math.floor(capacity * (1 - ratio) + 1e-6) then
+    return redis.error_reply('over_allocation')
+end
+
+-- Refill at the old rate up to now, then apply the new config.
+local now = tg_now_us()
+local b = tg_load_l2(KEYS[3])
+if b then
+    tg_refill(b, now)
+    if b.tokens > burst then
+        b.tokens = burst
+    end
+else
+    b = {tokens = burst, last = now}
+end
+redis.call('HSET', KEYS[3], 'app_id', ARGV[1], 'guaranteed_quota', g, 'burst_quota', burst,
+           'priority', prio, 'c_bw', cbw, 'max_borrow', maxb,
+           'enabled', ARGV[7] == '1' and 1 or 0)
+tg_save_l2(KEYS[3], b)
+
+redis.call('ZADD', KEYS[2], g, ARGV[1])
+local allocated = 0
+local z = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 2, #z, 2 do
+    allocated = allocated + tonumber(z[i])
+end
+local borrowed = tonumber(redis.call('HGET', KEYS[1], 'borrowed')) or 0
+local available = capacity - allocated - borrowed
+redis.call('HSET', KEYS[1], 'allocated', allocated, 'available', available)
+return {allocated, available}

@@ -1,0 +1,27 @@
+-- cluster_config: create or update a storage cluster's L1 capacity.
+-- KEYS[1] l1 hash  KEYS[2] l1 apps zset (allocations)
+-- ARGV[1] capacity (tokens/s)  ARGV[2] reserved_ratio
+-- Returns {capacity, allocated, available}
+local capacity = tonumber(ARGV[1])
+local ratio = tonumber(ARGV[2])
+if not capacity or capacity <= 0 or capacity >= 9007199254740992
+        or capacity ~= math.floor(capacity) then
+    return redis.error_reply('invalid_capacity')
+end
+if not ratio or ratio ~= ratio or ratio < 0 or ratio >= 1 then
+    return redis.error_reply('invalid_reserved_ratio')
+end
+local allocated = 0
+local z = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 2, #z, 2 do
+    allocated = allocated + tonumber(z[i])
+end
+-- Property 11: guaranteed quotas never exceed the non-reserved capacity
+if allocated > math.floor(capacity * (1 - ratio) + 1e-6) then
+    return redis.error_reply('over_allocation')
+end
+local borrowed = tonumber(redis.call('HGET', KEYS[1], 'borrowed')) or 0
+local available = capacity - allocated - borrowed
+redis.call('HSET', KEYS[1], 'capacity', capacity, 'reserved_ratio', ARGV[2],
+           'allocated', allocated, 'available', available)
+return {capacity, allocated, available}

@@ -1,0 +1,54 @@
+-- l3_report: a node's consumption report for one app, applied at most once per (node, seq).
+-- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] stats hash  KEYS[4] nodes zset
+-- ARGV[1] node_id  ARGV[2] seq  ARGV[3] consumed  ARGV[4] requests  ARGV[5] returned
+-- ARGV[6] held (tokens the node still holds, minus its local debt)
+-- Returns {applied (1|0), last_seq[, 'unknown_app']}
+local node = ARGV[1]
+local seq = tonumber(ARGV[2])
+if not seq or seq ~= seq or seq < 1 then
+    return redis.error_reply('invalid_seq')
+end
+seq = math.floor(seq)
+local consumed = math.floor(tonumber(ARGV[3]) or 0)
+local requests = math.floor(tonumber(ARGV[4]) or 0)
+local returned = math.floor(tonumber(ARGV[5]) or 0)
+local held = math.floor(tonumber(ARGV[6]) or 0)
+
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    return {0, 0, 'unknown_app'}
+end
+local last = tonumber(redis.call('HGET', KEYS[2], node .. ':seq')) or 0
+if seq <= last then
+    return {0, last}
+end
+
+local now = tg_now_us()
+local now_s = math.floor(now / 1000000)
+redis.call('HSET', KEYS[2], node .. ':seq', seq, node .. ':held', held)
+redis.call('ZADD', KEYS[4], now_s, node)
+if consumed ~= 0 then
+    redis.call('HINCRBY', KEYS[2], node .. ':consumed', consumed)
+    redis.call('HINCRBY', KEYS[3], 'total_consumed', consumed)
+    redis.call('HINCRBY', KEYS[3], 'period_consumed', consumed)
+end
+if requests ~= 0 then
+    redis.call('HINCRBY', KEYS[3], 'total_requests', requests)
+    redis.call('HINCRBY', KEYS[3], 'period_requests', requests)
+end
+redis.call('HSET', KEYS[3], 'last_report', now_s)
+
+if returned > 0 then
+    redis.call('HINCRBY', KEYS[2], node .. ':returned', returned)
+    local b = tg_load_l2(KEYS[1])
+    if b then
+        tg_refill(b, now)
+        local t = b.tokens + returned
+        if t > b.burst then
+            t = b.burst
+        end
+        b.tokens = t
+        tg_save_l2(KEYS[1], b)
+        redis.call('HINCRBY', KEYS[1], 'total_returned', returned)
+    end
+end
+return {1, seq}

@@ -1,0 +1,360 @@
+// Package harness starts real nginx gateways with tollgate's Lua for integration tests:
+// the demo gateway template of nginx/, its own prefix, port and node id, and a test server in
+// the same nginx (a storage backend with controllable responses, and /_t/ endpoints that call
+// the Lua modules directly). Readiness is polled, never slept for.
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// GatewayOptions configures one gateway node.
+type GatewayOptions struct {
+	RedisURL string
+	NodeID   string
+	Workers  int               // default 2
+	Env      map[string]string // extra TOLLGATE_* settings
+	LogLevel string            // default "info"
+}
+
+// Gateway is one running nginx with tollgate.
+type Gateway struct {
+	t       testing.TB
+	Prefix  string
+	URL     string // gateway (limited) base URL
+	TestURL string // test server base URL (backend and /_t/ endpoints)
+	NodeID  string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	Client  *http.Client
+}
+
+// RepoRoot is the repository root (two levels above this file).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// FreePort returns a free TCP port on 127.0.0.1.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("harness: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Render writes nginx.conf for a gateway into prefix, the same way scripts/render-gateway.sh
+// does, plus the test server include. Returns the config path.
+func Render(t testing.TB, prefix string, listen, backend string, workers int, level string,
+	extra string) string {
+	t.Helper()
+	repo := RepoRoot()
+	for _, d := range []string{"conf", "logs", "tmp", "lua"} {
+		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]string{
+		filepath.Join(prefix, "lua", "tollgate"):   filepath.Join(repo, "lua", "tollgate"),
+		filepath.Join(prefix, "lua", "tgtest.lua"): filepath.Join(repo, "t", "nginx", "tgtest.lua"),
+	}
+	for link, target := range links {
+		_ = os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tmpl, err := os.ReadFile(filepath.Join(repo, "nginx", "gateway.conf.tmpl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.NewReplacer(
+		"@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
+		"@WORKERS@", strconv.Itoa(workers), "@LOG_LEVEL@", level, "@EXTRA_HTTP@", extra,
+	).Replace(string(tmpl))
+	path := filepath.Join(prefix, "conf", "nginx.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// StartGateway starts nginx (master + workers) and waits until /health answers.
+func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
+	t.Helper()
+	if o.Workers == 0 {
+		o.Workers = 2
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.NodeID == "" {
+		o.NodeID = "node-" + strconv.Itoa(os.Getpid())
+	}
+	prefix := t.TempDir()
+	// workers of a root master run as nobody: they must reach the prefix (temp dirs are 0700)
+	for _, d := range []string{prefix, filepath.Dir(prefix)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gwPort, testPort := FreePort(t), FreePort(t)
+	testConf, err := os.ReadFile(filepath.Join(RepoRoot(), "t", "nginx", "test_server.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extraPath := filepath.Join(prefix, "conf", "test_server.conf")
+	if err := os.MkdirAll(filepath.Dir(extraPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	extra := strings.ReplaceAll(string(testConf), "@TEST_LISTEN@",
+		"127.0.0.1:"+strconv.Itoa(testPort))
+	if err := os.WriteFile(extraPath, []byte(extra), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort),
+		"127.0.0.1:"+strconv.Itoa(testPort), o.Workers, o.LogLevel, "include "+extraPath+";")
+
+	g := &Gateway{
+		t: t, Prefix: prefix, NodeID: o.NodeID,
+		URL:     "http://127.0.0.1:" + strconv.Itoa(gwPort),
+		TestURL: "http://127.0.0.1:" + strconv.Itoa(testPort),
+		Client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0,
+		}},
+	}
+	cmd := exec.Command("nginx", "-p", prefix, "-c", conf)
+	cmd.Env = append(os.Environ(), "TOLLGATE_REDIS_URL="+o.RedisURL, "TOLLGATE_NODE_ID="+o.NodeID)
+	for k, v := range o.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("harness: start nginx: %v", err)
+	}
+	g.cmd = cmd
+	g.done = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(g.done) }()
+	t.Cleanup(g.kill)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case <-g.done:
+			t.Fatalf("harness: nginx exited at start: %s\n%s", out.String(), g.ErrorLog())
+		default:
+		}
+		if g.healthy() {
+			return g
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("harness: nginx not healthy after 15s\n%s", g.ErrorLog())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (g *Gateway) healthy() bool {
+	resp, err := http.Get(g.URL + "/health")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var h struct {
+		ConfigVersion *int `json:"config_version"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&h)
+	return resp.StatusCode == 200 && h.ConfigVersion != nil
+}
+
+// PID of the nginx master.
+func (g *Gateway) PID() int { return g.cmd.Process.Pid }
+
+// Signal sends sig to the nginx master.
+func (g *Gateway) Signal(sig os.Signal) {
+	if err := g.cmd.Process.Signal(sig); err != nil {
+		g.t.Fatalf("harness: signal nginx: %v", err)
+	}
+}
+
+// Stop shuts nginx down gracefully (SIGQUIT) and waits.
+func (g *Gateway) Stop() {
+	if g.cmd == nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-g.done:
+	case <-time.After(10 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+	}
+	g.cmd = nil
+}
+
+func (g *Gateway) kill() {
+	if g.cmd == nil {
+		return
+	}
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+	case <-time.After(5 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+	}
+	g.cmd = nil
+	if g.t.Failed() {
+		g.t.Logf("nginx error.log of %s:\n%s", g.NodeID, tail(g.ErrorLog(), 60))
+	}
+}
+
+// ErrorLog returns the contents of nginx's error.log.
+func (g *Gateway) ErrorLog() string {
+	b, _ := os.ReadFile(filepath.Join(g.Prefix, "logs", "error.log"))
+	return string(b)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Do sends a request to the gateway with the given app id (none when app == "").
+func (g *Gateway) Do(method, path, app string, body io.Reader, hdr map[string]string) *Response {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.URL+path, body)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if app != "" {
+		req.Header.Set("X-App-Id", app)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return g.send(req)
+}
+
+func (g *Gateway) send(req *http.Request) *Response {
+	g.t.Helper()
+	resp, err := g.Client.Do(req)
+	if err != nil {
+		g.t.Fatalf("harness: %s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// Response is a fully read HTTP response.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into v or fails the test.
+func (r *Response) JSON(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("harness: body is not JSON (%v): %q", err, r.Body)
+	}
+}
+
+// Cost is the X-RateLimit-Cost header as a number (-1 when absent).
+func (r *Response) Cost() int {
+	v, err := strconv.Atoi(r.Header.Get("X-RateLimit-Cost"))
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// T calls a /_t/ endpoint of the test server and decodes its JSON answer into v.
+func (g *Gateway) T(path string, v any) {
+	g.t.Helper()
+	resp, err := g.Client.Get(g.TestURL + "/_t/" + path)
+	if err != nil {
+		g.t.Fatalf("harness: /_t/%s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		g.t.Fatalf("harness: /_t/%s: %d %s", path, resp.StatusCode, b)
+	}
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			g.t.Fatalf("harness: /_t/%s: %v: %s", path, err, b)
+		}
+	}
+}
+
+// Lease is the local state of one app on a node (from /_t/state).
+type Lease struct {
+	Tokens        int64   `json:"tokens"`
+	PendingCost   int64   `json:"pending_cost"`
+	PendingCount  int64   `json:"pending_count"`
+	Debt          int64   `json:"debt"`
+	Target        int64   `json:"target"`
+	FailOpen      int64   `json:"fail_open"`
+	RollbackCount int64   `json:"rollback_count"`
+	Neg           float64 `json:"neg"`
+	Inflight      string  `json:"inflight"`
+}
+
+// State reads the local lease of app.
+func (g *Gateway) State(app string) Lease {
+	var l Lease
+	g.T("state?app="+app, &l)
+	return l
+}
+
+// Metric returns the value of one series of /metrics (0 when absent).
+func (g *Gateway) Metric(series string) float64 {
+	g.t.Helper()
+	resp, err := g.Client.Get(g.URL + "/metrics")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// Eventually polls cond every 10 ms until it holds or timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -35,7 +35,7 @@ test-lua: deps
 
 # unit and package tests (real redis-server where they need Redis)
 test-go: deps
-	$(GO) test -count=1 $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/t/')
+	$(GO) test -count=1 $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -E '/t(/|$$)')
 
 # integration suites: real nginx + real redis-server; one package at a time (they load the CPU)
 test-integration: build

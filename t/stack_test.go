@@ -5,6 +5,7 @@ package t
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -130,6 +131,16 @@ func (s *stack) scriptCalls() int64 {
 		}
 	}
 	return n
+}
+
+func appsOf(a ...store.App) []store.App { return a }
+
+// readerOrNil keeps a nil *strings.Reader from becoming a non-nil io.Reader.
+func readerOrNil(r *strings.Reader) io.Reader {
+	if r == nil {
+		return nil
+	}
+	return r
 }
 
 func jsonDecode(resp *http.Response, v any) error {

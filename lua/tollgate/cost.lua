@@ -20,11 +20,9 @@ for op in pairs(DEFAULT_BASE) do
 end
 table.sort(_M.OPS)
 
--- Operations whose request body is uploaded (charged on request bytes).
-local UPLOAD = { PUT = true, POST = true, PATCH = true, MULTIPART_UPLOAD = true }
--- Operations whose response body is a download (bandwidth charged after the response).
+-- Every request pays for the body it sends (Req 1.1); these operations also pay for the body
+-- they receive (download bandwidth, charged after the response).
 local DOWNLOAD = { GET = true }
-_M.UPLOAD = UPLOAD
 _M.DOWNLOAD = DOWNLOAD
 
 local AMP = byte("&")

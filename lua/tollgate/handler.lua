@@ -120,13 +120,11 @@ function _M.access()
 
     local bytes = 0
     local chunked = false
-    if cost_mod.UPLOAD[op] then
-        local te = headers["transfer-encoding"]
-        if te and te ~= "identity" then
-            chunked = true
-        else
-            bytes = tonumber(headers["content-length"]) or 0
-        end
+    local te = headers["transfer-encoding"]
+    if te and te ~= "identity" then
+        chunked = true
+    else
+        bytes = tonumber(headers["content-length"]) or 0
     end
     local cost = CALC:calculate(op, bytes, a.c_bw)
     local ok, x, y = l3.acquire(a, cost)

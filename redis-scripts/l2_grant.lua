@@ -1,5 +1,5 @@
 -- l2_grant: lease tokens from an app's L2 bucket to a gateway node.
--- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] nodes zset
+-- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] nodes zset  KEYS[4] l1 hash (cluster state)
 -- ARGV[1] node_id  ARGV[2] requested  ARGV[3] min (grant nothing unless at least this much)
 -- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes}
 local node = ARGV[1]

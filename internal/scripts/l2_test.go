@@ -35,7 +35,7 @@ func newL2(t *testing.T, rdb *redis.Client, set *Set, app string) *l2 {
 	t.Helper()
 	b := &l2{set: set, rdb: rdb, bucket: keys.L2("c", app), leases: keys.Leases("c", app),
 		stats: keys.Stats("c", app), nodes: keys.Nodes("c", app)}
-	b.gKeys = []string{b.bucket, b.leases, b.nodes}
+	b.gKeys = []string{b.bucket, b.leases, b.nodes, keys.L1("c")}
 	b.reportKeys = []string{b.bucket, b.leases, b.stats, b.nodes}
 	return b
 }

@@ -114,6 +114,7 @@ local function parse_app(id, json)
         k_leases = keys.leases(cluster, id),
         k_stats = keys.stats(cluster, id),
         k_nodes = keys.nodes(cluster, id),
+        k_l1 = keys.l1(cluster),
     }
 end
 _M.parse_app = parse_app

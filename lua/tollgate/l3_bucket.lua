@@ -46,7 +46,7 @@ end
 local function grant(a, want, min, timeout_ms)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
     return R:with(timeout_ms, function(red)
-        return scripts.run(red, SC.l2_grant, 3, a.k_l2, a.k_leases, a.k_nodes, S.node_id,
+        return scripts.run(red, SC.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1, S.node_id,
             format("%d", want), format("%d", min))
     end)
 end
@@ -147,7 +147,12 @@ local function exhausted(k, res, need)
         ttl = S.neg_cache_max
     end
     dict:set(k.neg, reset, ttl)
-    return false, "app_exhausted", { reset = reset, remaining = 0 }
+    local reason = res[5]
+    if reason == "ok" then
+        reason = "app_exhausted" -- granted less than this request needs
+    end
+    dict:set(k.neg_reason, reason, ttl)
+    return false, reason, { reset = reset, remaining = 0 }
 end
 
 local function admit(k, cost, v)
@@ -160,7 +165,7 @@ end
 local function slow_acquire(a, k, cost)
     local reset = dict:get(k.neg)
     if reset then
-        return false, "app_exhausted", { reset = reset, remaining = 0 }
+        return false, dict:get(k.neg_reason) or "app_exhausted", { reset = reset, remaining = 0 }
     end
     if _M.redis_down() then
         return fail_open(a, k, cost)

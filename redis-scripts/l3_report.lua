@@ -2,6 +2,8 @@
 -- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] stats hash  KEYS[4] nodes zset
 -- ARGV[1] node_id  ARGV[2] seq  ARGV[3] consumed  ARGV[4] requests  ARGV[5] returned
 -- ARGV[6] held (tokens the node still holds, minus its local debt)
+-- ARGV[7] fail_open (optional: cost admitted from the local fail-open budget while Redis was
+--         unavailable; counts as cluster consumption but not against the lease ledger)
 -- Returns {applied (1|0), last_seq[, 'unknown_app']}
 local node = ARGV[1]
 local seq = tonumber(ARGV[2])
@@ -13,6 +15,7 @@ local consumed = math.floor(tonumber(ARGV[3]) or 0)
 local requests = math.floor(tonumber(ARGV[4]) or 0)
 local returned = math.floor(tonumber(ARGV[5]) or 0)
 local held = math.floor(tonumber(ARGV[6]) or 0)
+local fail_open = math.floor(tonumber(ARGV[7]) or 0)
 
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return {0, 0, 'unknown_app'}
@@ -34,6 +37,11 @@ end
 if requests ~= 0 then
     redis.call('HINCRBY', KEYS[3], 'total_requests', requests)
     redis.call('HINCRBY', KEYS[3], 'period_requests', requests)
+end
+if fail_open ~= 0 then
+    redis.call('HINCRBY', KEYS[3], 'total_consumed', fail_open)
+    redis.call('HINCRBY', KEYS[3], 'period_consumed', fail_open)
+    redis.call('HINCRBY', KEYS[3], 'fail_open_consumed', fail_open)
 end
 redis.call('HSET', KEYS[3], 'last_report', now_s)
 

@@ -15,6 +15,7 @@ local shm = require("tollgate.shm")
 local l3 = require("tollgate.l3_bucket")
 local sync = require("tollgate.sync")
 local watch = require("tollgate.watch")
+local deg = require("tollgate.degradation")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -52,21 +53,37 @@ function _M.init_worker()
     if not S then
         _M.init()
     end
-    local client, err = rredis.new({ url = S.redis_url, pool_size = S.pool_size,
-                                     on_latency = metrics.redis_latency })
+    deg.init(S)
+    local client, err = rredis.new({
+        url = S.redis_url, pool_size = S.pool_size,
+        on_result = function(rerr, unavailable, sec)
+            metrics.redis_latency(sec)
+            deg.observe(sec)
+            deg.result(rerr, unavailable)
+        end,
+    })
     if not client then
         error("tollgate: " .. err, 0)
     end
     R = client
     l3.init(S, R, SC, sync)
-    sync.init(S, R, SC, l3)
+    sync.init(S, R, SC)
     watch.init(S, R)
     ngx.timer.every(1, function(premature)
         if not premature then
             metrics.flush()
         end
     end)
-    if ngx.worker.id() == 0 then
+    local worker0 = ngx.worker.id() == 0
+    ngx.timer.every(0.25, function(premature)
+        if not premature then
+            deg.publish()
+            if worker0 then
+                deg.evaluate()
+            end
+        end
+    end)
+    if worker0 then
         ngx.timer.every(S.sync_interval, function(premature)
             if not premature then
                 sync.tick()
@@ -193,7 +210,8 @@ function _M.health()
     ngx.print(cjson.encode({
         status = "ok",
         node_id = S.node_id,
-        redis = l3.redis_down() and "unavailable" or "ok",
+        redis = deg.is_open() and "unavailable" or "ok",
+        degradation_level = deg.level(),
         config_version = config.version(),
         mode = S.mode,
     }))
@@ -215,6 +233,7 @@ function _M.metrics()
     end
     gauges["ratelimit_l3_cache_hit_ratio"] = metrics.hit_ratio()
     gauges["ratelimit_config_version"] = config.version() or 0
+    gauges["ratelimit_degradation_level"] = deg.level()
     gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(metrics.render(gauges))

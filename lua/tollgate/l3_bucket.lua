@@ -5,7 +5,7 @@
 local shm = require("tollgate.shm")
 local scripts = require("tollgate.scripts")
 local metrics = require("tollgate.metrics")
-local rredis = require("tollgate.redis")
+local deg = require("tollgate.degradation")
 
 local dict = shm.dict
 local K = shm.keys
@@ -28,18 +28,10 @@ function _M.init(settings, client, script_set, sync_module)
     S, R, SC, sync = settings, client, script_set, sync_module
 end
 
---- Is the Redis circuit open (recent unavailability)? Request paths then skip Redis.
-function _M.redis_down()
-    return dict:get("redis_down") ~= nil
-end
-
-function _M.mark_redis(err)
-    if rredis.is_unavailable(err) then
-        dict:set("redis_down", err, S.breaker_open)
-        metrics.inc('ratelimit_redis_errors_total{op="unavailable"}')
-    else
-        metrics.inc('ratelimit_redis_errors_total{op="reply"}')
-    end
+local function count_error(err)
+    metrics.inc(deg.is_open() and 'ratelimit_redis_errors_total{kind="unavailable"}'
+        or 'ratelimit_redis_errors_total{kind="reply"}')
+    return err
 end
 
 -- L2 grant for app `a`: returns the script reply table, or nil, err.
@@ -63,7 +55,7 @@ local function credit(k, granted)
 end
 
 local function target_of(k)
-    return dict:get(k.target) or S.min_target
+    return dict:get(k.target) or deg.reserve_min()
 end
 
 -- Remember what a grant said about L2: scarcity and the number of active nodes.
@@ -90,7 +82,7 @@ local function refill_timer(premature, a)
             end
             note_grant(k, res, want)
         else
-            _M.mark_redis(err)
+            count_error(err)
             log(WARN, "tollgate: async refill of ", a.id, " failed: ", err)
         end
     end
@@ -99,7 +91,7 @@ end
 
 --- Start an asynchronous refill of app `a` unless one is already running on this node.
 function _M.trigger_refill(a, k)
-    if _M.redis_down() or not dict:add(k.refill_lock, true, 5) then
+    if not deg.allow_background() or not dict:add(k.refill_lock, true, 5) then
         return
     end
     local ok, err = timer_at(0, refill_timer, a)
@@ -167,7 +159,7 @@ local function slow_acquire(a, k, cost)
     if reset then
         return false, dict:get(k.neg_reason) or "app_exhausted", { reset = reset, remaining = 0 }
     end
-    if _M.redis_down() then
+    if not deg.allow_request() then
         return fail_open(a, k, cost)
     end
     local debt = dict:get(k.debt) or 0
@@ -175,8 +167,7 @@ local function slow_acquire(a, k, cost)
     local want = floor(need + target_of(k))
     local res, err = grant(a, want, need, S.op_timeout_ms)
     if not res then
-        _M.mark_redis(err)
-        log(WARN, "tollgate: grant for ", a.id, " failed (", err, "), failing open")
+        count_error(err)
         return fail_open(a, k, cost)
     end
     if res[5] == "unknown_app" then
@@ -215,12 +206,12 @@ end
 
 -- Remote mode (benchmark baseline): one L2 call per request, no lease.
 local function remote_acquire(a, k, cost)
-    if _M.redis_down() then
+    if not deg.allow_request() then
         return fail_open(a, k, cost)
     end
     local res, err = grant(a, cost, cost, S.op_timeout_ms)
     if not res then
-        _M.mark_redis(err)
+        count_error(err)
         return fail_open(a, k, cost)
     end
     if res[1] >= cost then

@@ -52,7 +52,7 @@ function _M.new(opts)
         keepalive_ms = opts.keepalive_ms or 60000,
         pool = "tollgate:" .. target.host .. ":" .. target.port .. ":" .. target.db .. ":"
             .. (target.password and ngx.md5(target.password) or ""),
-        on_latency = opts.on_latency,
+        on_result = opts.on_result,  -- function(err|nil, unavailable, seconds)
     }
     return setmetatable(self, { __index = _M })
 end
@@ -113,14 +113,19 @@ function _M.with(self, timeout_ms, fn, ...)
     local t0 = now()
     local red, err = self:connect(timeout_ms)
     if not red then
+        if self.on_result then
+            update_time()
+            self.on_result(err, true, now() - t0)
+        end
         return nil, err
     end
     local res, ferr = fn(red, ...)
     update_time()
-    if self.on_latency then
-        self.on_latency(now() - t0)
+    local unavailable = not res and _M.is_unavailable(ferr)
+    if self.on_result then
+        self.on_result(not res and ferr or nil, unavailable, now() - t0)
     end
-    if not res and _M.is_unavailable(ferr) then
+    if unavailable then
         red:close()
         return nil, ferr
     end

@@ -7,6 +7,7 @@ local shm = require("tollgate.shm")
 local scripts = require("tollgate.scripts")
 local metrics = require("tollgate.metrics")
 local config = require("tollgate.config")
+local deg = require("tollgate.degradation")
 
 local dict = shm.dict
 local K = shm.keys
@@ -19,14 +20,14 @@ local floor = math.floor
 
 local _M = {}
 
-local S, R, SC, L3
+local S, R, SC
 local HEARTBEAT = 5        -- seconds between reports of an app with a lease but no traffic
 local EWMA = 0.3
 
 local state = {}           -- worker 0: per app {rate, last_total, last_active, last_report}
 
-function _M.init(settings, client, script_set, l3)
-    S, R, SC, L3 = settings, client, script_set, l3
+function _M.init(settings, client, script_set)
+    S, R, SC = settings, client, script_set
 end
 
 local function seq_base()
@@ -42,7 +43,8 @@ local function prepare(a, k, returned, force)
     end
     local pc = dict:get(k.pending_cost) or 0
     local pn = dict:get(k.pending_count) or 0
-    if pc == 0 and pn == 0 and returned == 0 and not force then
+    local fo = dict:get(k.fail_open) or 0
+    if pc == 0 and pn == 0 and fo == 0 and returned == 0 and not force then
         return nil
     end
     if pc ~= 0 then
@@ -51,9 +53,12 @@ local function prepare(a, k, returned, force)
     if pn ~= 0 then
         dict:incr(k.pending_count, -pn)
     end
+    if fo ~= 0 then
+        dict:incr(k.fail_open, -fo)
+    end
     local held = (dict:get(k.tokens) or 0) - (dict:get(k.debt) or 0)
     local seq = dict:incr(k.seq, 1, seq_base())
-    inflight = format("%d %d %d %d %d", seq, pc, pn, returned, held)
+    inflight = format("%d %d %d %d %d %d", seq, pc, pn, returned, held, fo)
     local ok, err = dict:safe_set(k.inflight, inflight)
     if not ok then
         log(ngx.ERR, "tollgate: cannot keep report of ", a.id, ": ", err)
@@ -64,10 +69,11 @@ end
 
 -- Send one prepared report on connection red. Returns true when Redis has it.
 local function send(red, a, k, inflight)
-    local seq, pc, pn, ret, held = inflight:match("^(%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+)$")
+    local seq, pc, pn, ret, held, fo =
+        inflight:match("^(%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)$")
     metrics.inc('ratelimit_redis_calls_total{op="report"}')
     local res, err = scripts.run(red, SC.l3_report, 4, a.k_l2, a.k_leases, a.k_stats, a.k_nodes,
-        S.node_id, seq, pc, pn, ret, held)
+        S.node_id, seq, pc, pn, ret, held, fo)
     if not res then
         return nil, err
     end
@@ -98,7 +104,6 @@ local function send_all(batch)
         return true
     end)
     if err then
-        L3.mark_redis(err)
         metrics.inc('ratelimit_reports_total{result="failed"}')
         log(WARN, "tollgate: consumption report failed, kept for retry: ", err)
         return nil, err
@@ -134,8 +139,9 @@ end
 -- unless L2 is scarce, and at most a fair share of the burst among the app's active nodes.
 function _M.target(rate, scarce, burst, nodes)
     local t = rate * S.target_horizon
-    if not scarce and t < S.min_target then
-        t = S.min_target
+    local floor_target = deg.reserve_min()
+    if not scarce and t < floor_target then
+        t = floor_target
     end
     local cap = burst / (2 * (nodes > 0 and nodes or 1))
     if t > cap then
@@ -173,7 +179,7 @@ local function upkeep(a, t, dt)
         return nil
     end
     local returned = 0
-    if not dict:get(k.inflight) and not L3.redis_down() then
+    if not dict:get(k.inflight) and not deg.is_open() then
         local tokens = dict:get(k.tokens) or 0
         if tokens > 0 and t - st.last_active >= S.idle_return_after then
             returned = shm.take(k.tokens, tokens)            -- idle lease goes back to L2
@@ -182,6 +188,10 @@ local function upkeep(a, t, dt)
         end
     end
     local held = dict:get(k.tokens) or 0
+    if returned == 0 and t - st.last_report < deg.sync_interval() - S.sync_interval / 2 then
+        dict:delete(k.sync_lock)   -- not due at this degradation level
+        return nil
+    end
     local force = (held > 0 or returned > 0) and t - st.last_report >= HEARTBEAT
     local inflight = prepare(a, k, returned, force)
     if returned > 0 then
@@ -216,7 +226,7 @@ function _M.tick()
             end
         end
     end
-    if #batch > 0 and not L3.redis_down() then
+    if #batch > 0 and deg.allow_background() then
         send_all(batch)
     end
     for i = 1, #batch do

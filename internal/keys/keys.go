@@ -49,6 +49,9 @@ func ConfigVersion() string { return rlPrefix + "config:version" }
 // ConfigChannel is the pub/sub channel announcing a new config version.
 func ConfigChannel() string { return rlPrefix + "config:update" }
 
+// EmergencyChannel is the pub/sub channel announcing emergency activation and deactivation.
+func EmergencyChannel() string { return rlPrefix + "emergency" }
+
 // Gateways is the registry of gateway nodes (no hash tag).
 func Gateways() string { return rlPrefix + "gateways" }
 

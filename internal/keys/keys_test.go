@@ -19,20 +19,20 @@ type builder struct {
 
 func builders() map[string]builder {
 	return map[string]builder{
-		"l1":             {1, func(a []string) string { return L1(a[0]) }},
-		"l1_apps":        {1, func(a []string) string { return L1Apps(a[0]) }},
-		"l2":             {2, func(a []string) string { return L2(a[0], a[1]) }},
-		"leases":         {2, func(a []string) string { return Leases(a[0], a[1]) }},
-		"stats":          {2, func(a []string) string { return Stats(a[0], a[1]) }},
-		"nodes":          {2, func(a []string) string { return Nodes(a[0], a[1]) }},
-		"conn_config":    {2, func(a []string) string { return ConnConfig(a[0], a[1]) }},
-		"conn_cluster":   {1, func(a []string) string { return ConnCluster(a[0]) }},
-		"apps_index":     {0, func([]string) string { return AppsIndex() }},
-		"clusters_index": {0, func([]string) string { return ClustersIndex() }},
-		"config_version": {0, func([]string) string { return ConfigVersion() }},
-		"config_channel": {0, func([]string) string { return ConfigChannel() }},
+		"l1":                {1, func(a []string) string { return L1(a[0]) }},
+		"l1_apps":           {1, func(a []string) string { return L1Apps(a[0]) }},
+		"l2":                {2, func(a []string) string { return L2(a[0], a[1]) }},
+		"leases":            {2, func(a []string) string { return Leases(a[0], a[1]) }},
+		"stats":             {2, func(a []string) string { return Stats(a[0], a[1]) }},
+		"nodes":             {2, func(a []string) string { return Nodes(a[0], a[1]) }},
+		"conn_config":       {2, func(a []string) string { return ConnConfig(a[0], a[1]) }},
+		"conn_cluster":      {1, func(a []string) string { return ConnCluster(a[0]) }},
+		"apps_index":        {0, func([]string) string { return AppsIndex() }},
+		"clusters_index":    {0, func([]string) string { return ClustersIndex() }},
+		"config_version":    {0, func([]string) string { return ConfigVersion() }},
+		"config_channel":    {0, func([]string) string { return ConfigChannel() }},
 		"emergency_channel": {0, func([]string) string { return EmergencyChannel() }},
-		"gateways":       {0, func([]string) string { return Gateways() }},
+		"gateways":          {0, func([]string) string { return Gateways() }},
 	}
 }
 

@@ -116,6 +116,7 @@ local function parse_app(id, json)
         k_stats = keys.stats(cluster, id),
         k_nodes = keys.nodes(cluster, id),
         k_l1 = keys.l1(cluster),
+        k_em = "em:" .. cluster,    -- emergency state of the cluster in the ratelimit dict
     }
 end
 _M.parse_app = parse_app

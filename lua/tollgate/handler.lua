@@ -16,6 +16,7 @@ local l3 = require("tollgate.l3_bucket")
 local sync = require("tollgate.sync")
 local watch = require("tollgate.watch")
 local deg = require("tollgate.degradation")
+local emergency = require("tollgate.emergency")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -144,6 +145,12 @@ function _M.access()
         bytes = tonumber(headers["content-length"]) or 0
     end
     local cost = CALC:calculate(op, bytes, a.c_bw)
+    local em = emergency.blocked(a)
+    if em then
+        ngx.ctx.tg_label = id
+        local info = { reset = em, remaining = 0 }
+        return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
+    end
     local ok, x, y = l3.acquire(a, cost)
     local ctx = ngx.ctx
     ctx.tg_label = id

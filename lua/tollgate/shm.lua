@@ -31,6 +31,7 @@ function _M.keys(id)
         reported = p .. "reported",             -- total cost reported (rate estimation)
         rollback_count = p .. "rollback_count",
         fail_open = p .. "fail_open",           -- cost admitted while Redis was unavailable
+        give_back = p .. "give_back",           -- tokens taken from the lease, due back to L2
     }
     if cache_n > 50000 then
         cache, cache_n = {}, 0

@@ -8,6 +8,7 @@ local scripts = require("tollgate.scripts")
 local metrics = require("tollgate.metrics")
 local config = require("tollgate.config")
 local deg = require("tollgate.degradation")
+local emergency = require("tollgate.emergency")
 
 local dict = shm.dict
 local K = shm.keys
@@ -173,6 +174,9 @@ local function upkeep(a, t, dt)
     st.rate = st.rate + EWMA * (delta / dt - st.rate)
     local scarce = dict:get(k.scarce) ~= nil
     local target = _M.target(st.rate, scarce, a.burst, dict:get(k.nodes) or 1)
+    if dict:get(a.k_em) then
+        target = floor(target * emergency.ratio(a.priority))
+    end
     dict:set(k.target, target)
 
     if not dict:add(k.sync_lock, true, 5) then
@@ -180,11 +184,16 @@ local function upkeep(a, t, dt)
     end
     local returned = 0
     if not dict:get(k.inflight) and not deg.is_open() then
+        local gb = dict:get(k.give_back) or 0
+        if gb > 0 then
+            dict:incr(k.give_back, -gb)
+            returned = gb
+        end
         local tokens = dict:get(k.tokens) or 0
         if tokens > 0 and t - st.last_active >= S.idle_return_after then
-            returned = shm.take(k.tokens, tokens)            -- idle lease goes back to L2
+            returned = returned + shm.take(k.tokens, tokens)           -- idle lease to L2
         elseif scarce and tokens > 2 * target then
-            returned = shm.take(k.tokens, tokens - target)   -- do not sit on a scarce app
+            returned = returned + shm.take(k.tokens, tokens - target)  -- scarce app: no hoarding
         end
     end
     local held = dict:get(k.tokens) or 0

@@ -2,6 +2,7 @@
 -- the version so that a missed notice converges within one poll interval (DESIGN §8).
 -- Also announces this node in `ratelimit:gateways` (id, last report, config version).
 local config = require("tollgate.config")
+local emergency = require("tollgate.emergency")
 local keys = require("tollgate.keys")
 local cjson = require("cjson.safe")
 
@@ -52,6 +53,10 @@ local function poll(premature)
                 mode = S.mode,
             }))
         end
+        local ok, eerr = emergency.refresh(red)
+        if not ok then
+            return nil, eerr
+        end
         return ver
     end)
     if err then
@@ -72,13 +77,15 @@ local function subscriber(premature)
         local red, err = R:connect(S.bg_timeout_ms)
         if red then
             red:set_timeout(5000)
-            local ok, serr = red:subscribe(keys.config_channel())
+            local ok, serr = red:subscribe(keys.config_channel(), keys.emergency_channel())
             if ok then
                 reload("subscribe")
                 while not ngx.worker.exiting() do
                     local msg, rerr = red:read_reply()
                     if msg then
-                        if msg[1] == "message" then
+                        if msg[1] == "message" and msg[2] == keys.emergency_channel() then
+                            emergency.notice(msg[3])
+                        elseif msg[1] == "message" then
                             reload("notice")
                         end
                     elseif rerr ~= "timeout" then

@@ -61,6 +61,9 @@ function _M.settings(opts)
         config_poll = opts.config_poll or num_env("TOLLGATE_CONFIG_POLL", 1.0),
         pool_size = opts.pool_size or 50,
         costs = opts.costs,
+        chunked_estimate = opts.chunked_estimate or num_env("TOLLGATE_CHUNKED_ESTIMATE", 1048576),
+        reservation_timeout = opts.reservation_timeout
+            or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
     }
     if not keys.valid_id(s.node_id) then
         error("TOLLGATE_NODE_ID must match ^[A-Za-z0-9_-]{1,128}$, got '" .. s.node_id .. "'", 0)

@@ -270,6 +270,21 @@ function _M.charge(a, amount, source)
     dict:incr(k.pending_cost, amount, 0)
 end
 
+--- Give `amount` back to the lease: an estimate that was too high (the request itself stays
+-- counted).
+function _M.refund(a, amount, source)
+    if amount <= 0 then
+        return
+    end
+    local k = K(a.id)
+    if source == "fail_open" then
+        dict:incr(k.fail_open, -amount, 0)
+    elseif S.mode ~= "remote" then
+        dict:incr(k.tokens, amount, 0)
+        dict:incr(k.pending_cost, -amount, 0)
+    end
+end
+
 --- Return the charge of a cancelled request to the lease (Req 13, Property 8).
 function _M.rollback(a, cost, source)
     local k = K(a.id)

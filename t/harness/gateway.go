@@ -250,6 +250,12 @@ func (g *Gateway) Do(method, path, app string, body io.Reader, hdr map[string]st
 		req.Header.Set("X-App-Id", app)
 	}
 	for k, v := range hdr {
+		if strings.EqualFold(k, "Transfer-Encoding") && v == "chunked" {
+			// hide the length: Go then really sends the body chunked
+			req.ContentLength = -1
+			req.TransferEncoding = []string{"chunked"}
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	return g.send(req)

@@ -2,6 +2,7 @@
 -- KEYS[1] l1 hash  KEYS[2] l1 apps zset  KEYS[3] l2 hash
 -- ARGV[1] app_id  ARGV[2] guaranteed_quota  ARGV[3] burst_quota  ARGV[4] priority
 -- ARGV[5] c_bw  ARGV[6] max_borrow  ARGV[7] enabled (1|0)
+-- ARGV[8] optional now (Unix microseconds; simulator only, default Redis TIME)
 -- Returns {allocated, available}. Runtime state (tokens, borrowed, debt) is kept; tokens are
 -- capped at a lowered burst, and a new bucket starts full.
 local capacity = tonumber(redis.call('HGET', KEYS[1], 'capacity'))
@@ -51,17 +52,21 @@ if others + g > math.floor(capacity * (1 - ratio) + 1e-6) then
     return redis.error_reply('over_allocation')
 end
 
--- Refill at the old rate up to now, then apply the new config.
-local now = tg_now_us()
+-- Refill at the old rate up to now (paying debt with what overflows), then apply the new config.
+local now = tg_now_us(ARGV[8])
 local b = tg_load_l2(KEYS[3])
+local st
 if b then
-    tg_refill(b, now)
+    st = tg_settle(b, KEYS[1], now)
     if b.tokens > burst then
         b.tokens = burst
     end
 else
-    b = {tokens = burst, last = now}
+    st = tg_load_l1(KEYS[1], now)
+    b = {tokens = burst, last = now, pending = 0, paid = 0}
 end
+b.prio = prio
+tg_schedule(b, st) -- the factor of the new priority from now on
 redis.call('HSET', KEYS[3], 'app_id', ARGV[1], 'guaranteed_quota', g, 'burst_quota', burst,
            'priority', prio, 'c_bw', cbw, 'max_borrow', maxb,
            'enabled', ARGV[7] == '1' and 1 or 0)

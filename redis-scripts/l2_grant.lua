@@ -1,7 +1,9 @@
--- l2_grant: lease tokens from an app's L2 bucket to a gateway node.
+-- l2_grant: lease tokens from an app's L2 bucket to a gateway node, borrowing from L1 when the
+-- bucket cannot cover `min` (Req 5, Property 5) and applying emergency ratios (Property 6).
 -- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] nodes zset  KEYS[4] l1 hash (cluster state)
 -- ARGV[1] node_id  ARGV[2] requested  ARGV[3] min (grant nothing unless at least this much)
--- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes}
+-- ARGV[4] optional now (Unix microseconds; simulator only, default Redis TIME)
+-- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes, emergency_until}
 local node = ARGV[1]
 local requested = math.floor(tonumber(ARGV[2]) or 0)
 local min_needed = math.floor(tonumber(ARGV[3]) or 0)
@@ -9,25 +11,66 @@ if requested < min_needed then
     requested = min_needed
 end
 
-local now = tg_now_us()
+local now = tg_now_us(ARGV[4])
 local b = tg_load_l2(KEYS[1])
 if not b then
-    return {0, 0, 0, 0, 'unknown_app', 0}
+    return { 0, 0, 0, 0, 'unknown_app', 0, 0 }
 end
-if redis.call('HGET', KEYS[1], 'enabled') == '0' then
-    return {0, 0, 0, b.burst, 'app_disabled', 0}
+if not b.enabled then
+    return { 0, 0, 0, b.burst, 'app_disabled', 0, 0 }
 end
-tg_refill(b, now)
+local st = tg_settle(b, KEYS[4], now)
+local ratio = st.em and tg_ratio(b.prio) or 1
 
-local avail = math.floor(b.tokens)
-local granted = requested
-if granted > avail then
-    granted = avail
+-- Borrow between `need` and `want` tokens from L1. Returns nil or a failure reason.
+local function borrow(need, want)
+    if b.max_borrow <= 0 then
+        return 'app_exhausted'
+    end
+    local room = b.max_borrow - b.borrowed
+    if need > room then
+        return 'borrow_limit_exceeded'
+    end
+    if not st.capacity then
+        return 'cluster_exhausted'
+    end
+    -- available - A >= reserved_ratio x capacity
+    local pool = math.floor(st.available - st.ratio * st.capacity + 1e-6)
+    if need > pool then
+        return 'cluster_exhausted'
+    end
+    local a = math.min(want, room, pool)
+    local debt = math.floor((6 * a + 4) / 5) -- ceil(1.2 A) in exact integer arithmetic
+    redis.call('HINCRBY', KEYS[4], 'available', -a)
+    redis.call('HINCRBY', KEYS[4], 'borrowed', a)
+    b.tokens = b.tokens + a
+    b.borrowed = b.borrowed + a
+    b.debt = b.debt + debt
+    redis.call('HSET', KEYS[1], 'borrowed', string.format('%d', b.borrowed),
+               'debt', string.format('%d', b.debt))
+    redis.call('HINCRBY', KEYS[1], 'total_borrowed', a)
+    redis.call('HINCRBY', KEYS[1], 'total_interest', debt - a)
+    return nil
 end
-local reason = 'ok'
-if granted < min_needed or granted <= 0 then
-    granted = 0
-    reason = 'app_exhausted'
+
+local granted, reason = 0, 'ok'
+local avail = math.floor(b.tokens)
+if ratio <= 0 then
+    reason = 'emergency_blocked'
+elseif requested <= 0 then
+    reason = 'app_exhausted' -- nothing asked, nothing granted
+elseif avail >= min_needed and avail > 0 then
+    granted = math.min(requested, avail)
+elseif ratio < 1 then
+    reason = 'emergency_quota_exceeded' -- P1/P2 in emergency: no loans beyond their share
+else
+    local need = math.max(min_needed, 1) - avail
+    local why = borrow(need, requested - avail)
+    if why then
+        reason = why
+    else
+        granted = math.min(requested, math.floor(b.tokens))
+    end
 end
 b.tokens = b.tokens - granted
 tg_save_l2(KEYS[1], b)
@@ -36,8 +79,9 @@ local now_s = math.floor(now / 1000000)
 redis.call('ZADD', KEYS[3], now_s, node)
 if granted > 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':granted', granted)
+    redis.call('HINCRBY', KEYS[2], node .. ':unreported', granted)
     redis.call('HINCRBY', KEYS[1], 'total_granted', granted)
 end
 local active = redis.call('ZCOUNT', KEYS[3], now_s - 10, '+inf')
-return {granted, math.floor(b.tokens), math.floor(b.rate * b.factor * 1000), b.burst, reason,
-        active}
+return { granted, math.floor(b.tokens), math.floor(b.rate * b.factor * 1000), b.burst, reason,
+         active, st.em and math.floor(st.em_until_us / 1000000) or 0 }

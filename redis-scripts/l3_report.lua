@@ -4,7 +4,10 @@
 -- ARGV[6] held (tokens the node still holds, minus its local debt)
 -- ARGV[7] fail_open (optional: cost admitted from the local fail-open budget while Redis was
 --         unavailable; counts as cluster consumption but not against the lease ledger)
+-- ARGV[8] optional now (Unix microseconds; simulator only, default Redis TIME)
 -- Returns {applied (1|0), last_seq[, 'unknown_app']}
+-- Returned tokens go to the bucket's `returned_pending`, folded in by its next refill (which
+-- needs the L1 hash to pay debt with what would overflow the burst).
 local node = ARGV[1]
 local seq = tonumber(ARGV[2])
 if not seq or seq ~= seq or seq < 1 then
@@ -25,9 +28,10 @@ if seq <= last then
     return {0, last}
 end
 
-local now = tg_now_us()
+local now = tg_now_us(ARGV[8])
 local now_s = math.floor(now / 1000000)
-redis.call('HSET', KEYS[2], node .. ':seq', seq, node .. ':held', held)
+-- held now covers every grant applied before this report: none is unreported any more
+redis.call('HSET', KEYS[2], node .. ':seq', seq, node .. ':held', held, node .. ':unreported', 0)
 redis.call('ZADD', KEYS[4], now_s, node)
 if consumed ~= 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':consumed', consumed)
@@ -47,16 +51,7 @@ redis.call('HSET', KEYS[3], 'last_report', now_s)
 
 if returned > 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':returned', returned)
-    local b = tg_load_l2(KEYS[1])
-    if b then
-        tg_refill(b, now)
-        local t = b.tokens + returned
-        if t > b.burst then
-            t = b.burst
-        end
-        b.tokens = t
-        tg_save_l2(KEYS[1], b)
-        redis.call('HINCRBY', KEYS[1], 'total_returned', returned)
-    end
+    redis.call('HINCRBY', KEYS[1], 'returned_pending', returned)
+    redis.call('HINCRBY', KEYS[1], 'total_returned', returned)
 end
 return {1, seq}

@@ -31,11 +31,20 @@ func Stats(cluster, app string) string { return rlPrefix + tag(cluster) + ":stat
 // Nodes is the sorted set node -> last contact (Unix seconds) of an app.
 func Nodes(cluster, app string) string { return rlPrefix + tag(cluster) + ":nodes:" + app }
 
+// EmergencyHistory is the stream of a cluster's emergency activations and deactivations.
+func EmergencyHistory(cluster string) string { return rlPrefix + tag(cluster) + ":emergency:history" }
+
 // ConnConfig is the connection-limiter config of an app.
 func ConnConfig(cluster, app string) string { return connPrefix + tag(cluster) + ":config:" + app }
 
 // ConnCluster is the connection-limiter config of a cluster.
 func ConnCluster(cluster string) string { return connPrefix + tag(cluster) + ":cluster" }
+
+// ConnNodeStats is the hash of one gateway node's connection statistics for an app (current,
+// peak, rejected, last_seen), written every 10 s with a 300 s TTL; the control plane sums nodes.
+func ConnNodeStats(cluster, app, node string) string {
+	return connPrefix + tag(cluster) + ":stats:" + app + ":node:" + node
+}
 
 // AppsIndex is the hash app -> JSON config read by gateways (no hash tag).
 func AppsIndex() string { return rlPrefix + "apps" }
@@ -51,6 +60,9 @@ func ConfigChannel() string { return rlPrefix + "config:update" }
 
 // EmergencyChannel is the pub/sub channel announcing emergency activation and deactivation.
 func EmergencyChannel() string { return rlPrefix + "emergency" }
+
+// LeaderLock is the lock held by the control-plane replica that runs the periodic jobs.
+func LeaderLock() string { return rlPrefix + "controlplane:leader" }
 
 // Gateways is the registry of gateway nodes (no hash tag).
 func Gateways() string { return rlPrefix + "gateways" }

@@ -33,6 +33,9 @@ func builders() map[string]builder {
 		"config_channel":    {0, func([]string) string { return ConfigChannel() }},
 		"emergency_channel": {0, func([]string) string { return EmergencyChannel() }},
 		"gateways":          {0, func([]string) string { return Gateways() }},
+		"conn_node_stats":   {3, func(a []string) string { return ConnNodeStats(a[0], a[1], a[2]) }},
+		"emergency_history": {1, func(a []string) string { return EmergencyHistory(a[0]) }},
+		"leader_lock":       {0, func([]string) string { return LeaderLock() }},
 	}
 }
 
@@ -109,6 +112,7 @@ func TestClusterKeysShareHashTag(t *testing.T) {
 	perCluster := []string{
 		L1("c1"), L1Apps("c1"), L2("c1", "a"), Leases("c1", "a"), Stats("c1", "a"),
 		Nodes("c1", "a"), ConnConfig("c1", "a"), ConnCluster("c1"),
+		ConnNodeStats("c1", "a", "n1"), EmergencyHistory("c1"),
 	}
 	for _, k := range perCluster {
 		if !strings.Contains(k, "{c1}") {

@@ -23,5 +23,7 @@ function _M.config_version() return "ratelimit:config:version" end
 function _M.config_channel() return "ratelimit:config:update" end
 function _M.emergency_channel() return "ratelimit:emergency" end
 function _M.gateways() return "ratelimit:gateways" end
+function _M.emergency_history(c) return "ratelimit:{" .. c .. "}:emergency:history" end
+function _M.leader_lock() return "ratelimit:controlplane:leader" end
 
 return _M

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -60,7 +61,19 @@ func (f *fixture) get(t *testing.T, path string) (int, map[string]any) {
 	return rec.Code, body
 }
 
+// scriptFiles counts the scripts of redis-scripts/ (every *.lua but the _common.lua prelude):
+// a healthy control plane reports all of them loaded.
+func scriptFiles(t *testing.T) float64 {
+	t.Helper()
+	files, err := filepath.Glob("../../../redis-scripts/*.lua")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("list redis-scripts: %v %v", files, err)
+	}
+	return float64(len(files) - 1)
+}
+
 func TestHealth(t *testing.T) {
+	n := scriptFiles(t)
 	cases := []struct {
 		name  string
 		setup func(t *testing.T, f *fixture)
@@ -68,11 +81,11 @@ func TestHealth(t *testing.T) {
 		body  map[string]any
 	}{
 		{"fresh redis", func(*testing.T, *fixture) {}, 200,
-			map[string]any{"status": "ok", "redis": "ok", "scripts": 4.0, "config_version": 0.0}},
+			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 0.0}},
 		{"seeded", seedDemo, 200,
-			map[string]any{"status": "ok", "redis": "ok", "scripts": 4.0, "config_version": 5.0}},
+			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 5.0}},
 		{"after script flush", flushScripts, 200,
-			map[string]any{"status": "ok", "redis": "ok", "scripts": 4.0, "config_version": 0.0}},
+			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 0.0}},
 		// The client retries refused dials until the deadline, so a stopped Redis is a timeout.
 		{"redis stopped", func(_ *testing.T, f *fixture) { f.redis.Stop() }, 503,
 			map[string]any{"status": "unavailable", "redis": "timeout"}},
@@ -134,8 +147,8 @@ func TestHealthRecoversAfterRestart(t *testing.T) {
 		t.Fatalf("health with redis stopped = %d, want 503", code)
 	}
 	f.redis.Restart()
-	if code, body := f.get(t, "/health"); code != 200 || body["scripts"] != 4.0 {
-		t.Fatalf("health after restart = %d %v, want 200 with 4 scripts", code, body)
+	if code, body := f.get(t, "/health"); code != 200 || body["scripts"] != scriptFiles(t) {
+		t.Fatalf("health after restart = %d %v, want 200 with %v scripts", code, body, scriptFiles(t))
 	}
 }
 

@@ -1,5 +1,6 @@
 // Command tollgate-controlplane is the control plane of tollgate: it loads the Redis scripts,
-// seeds the demo config into an empty Redis and serves the HTTP API.
+// seeds the demo config into an empty Redis, runs the periodic jobs while it is the elected
+// leader among the replicas, and serves the HTTP API.
 package main
 
 import (
@@ -64,6 +65,11 @@ func run(log *slog.Logger) error {
 	if err := seedDemo(ctx, log, cfg, st); err != nil {
 		return err
 	}
+	stopJobs, err := startJobs(ctx, log, cfg.Jobs, rdb, set, st)
+	if err != nil {
+		return err
+	}
+	defer stopJobs()
 	handler := api.New(api.Options{Redis: rdb, Scripts: set, Config: st, Logger: log})
 	return serve(ctx, log, cfg.Addr, handler)
 }

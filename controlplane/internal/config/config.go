@@ -30,6 +30,7 @@ type Config struct {
 	Addr     string // HTTP listen address host:port
 	RedisURL string // redis:// or rediss:// URL; may carry a password
 	SeedDemo bool   // seed the demo config into an empty Redis
+	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
 
 	redisOpts *redis.Options
 }
@@ -50,6 +51,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 		c.SeedDemo = b
 	}
+	jobs, jerrs := jobsFromEnv(getenv)
+	c.Jobs = jobs
+	errs = append(errs, jerrs...)
 	errs = append(errs, c.validate()...)
 	return c, errors.Join(errs...)
 }
@@ -86,6 +90,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("addr", c.Addr),
 		slog.String("redis_url", redactURL(c.RedisURL)),
 		slog.Bool("seed_demo", c.SeedDemo),
+		slog.Any("jobs", c.Jobs),
 	)
 }
 

@@ -17,6 +17,9 @@ function _M.stats(c, a) return "ratelimit:{" .. c .. "}:stats:" .. a end
 function _M.nodes(c, a) return "ratelimit:{" .. c .. "}:nodes:" .. a end
 function _M.conn_config(c, a) return "connlimit:{" .. c .. "}:config:" .. a end
 function _M.conn_cluster(c) return "connlimit:{" .. c .. "}:cluster" end
+function _M.conn_node_stats(c, a, node)
+    return "connlimit:{" .. c .. "}:stats:" .. a .. ":node:" .. node
+end
 function _M.apps_index() return "ratelimit:apps" end
 function _M.clusters_index() return "ratelimit:clusters" end
 function _M.config_version() return "ratelimit:config:version" end

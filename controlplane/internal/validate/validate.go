@@ -1,0 +1,375 @@
+// Package validate checks a proposed configuration change before the admin API writes it
+// (Req 16, Property 11, DESIGN section 8): every rule with a field-level message, the change
+// checked against the current Redis state, a diff of what would change, a dry-run mode that
+// never writes (the validator never writes at all), and a log entry — plus an audit hook — for
+// every attempt.
+package validate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"time"
+
+	"tollgate/internal/keys"
+	"tollgate/internal/store"
+)
+
+// MaxAllocatable is the share of a cluster's capacity its apps may be guaranteed (Req 16.2).
+const MaxAllocatable = 0.9
+
+const maxInt = 1 << 53 // integers beyond this lose precision in the Lua scripts
+
+// ConnLimits are an app's connection limits (Req 17, 20).
+type ConnLimits struct {
+	MaxConnections   int64 `json:"max_connections"`
+	BurstConnections int64 `json:"burst_connections"`
+}
+
+// App is a proposed app config.
+type App struct {
+	store.App
+	Connections *ConnLimits `json:"connections,omitempty"`
+}
+
+// Change is a proposed change: a cluster config and/or app configs (created or replaced).
+type Change struct {
+	Cluster *store.Cluster `json:"cluster,omitempty"`
+	Apps    []App          `json:"apps,omitempty"`
+}
+
+// Violation is one broken rule.
+type Violation struct {
+	Field   string `json:"field"`   // e.g. "apps[demo-p1].burst_quota", "cluster.capacity"
+	Code    string `json:"code"`    // e.g. "burst_below_guaranteed"
+	Message string `json:"message"` // for people
+}
+
+// DiffEntry is one field that the change would set.
+type DiffEntry struct {
+	Path string `json:"path"`          // e.g. "apps[demo-p1].priority"
+	Old  any    `json:"old,omitempty"` // nil for a new cluster or app
+	New  any    `json:"new"`
+}
+
+// Result of a validation.
+type Result struct {
+	Valid      bool        `json:"valid"`
+	DryRun     bool        `json:"dry_run"`
+	Violations []Violation `json:"violations"`
+	Diff       []DiffEntry `json:"diff"`
+}
+
+// State is the current config (implemented by *store.Store).
+type State interface {
+	GetCluster(ctx context.Context, id string) (store.Cluster, error)
+	ListApps(ctx context.Context) ([]store.App, error)
+}
+
+// Attempt is what the audit hook receives for every validation.
+type Attempt struct {
+	At     time.Time
+	Actor  string
+	Change Change
+	Result Result
+	Err    error // reading the current state failed; Result is empty
+}
+
+// Auditor records validation attempts (the admin API's audit stream implements it).
+type Auditor interface {
+	ValidationAttempt(ctx context.Context, a Attempt)
+}
+
+// Validator validates changes against the current state.
+type Validator struct {
+	state State
+	log   *slog.Logger
+	audit Auditor
+}
+
+// New returns a validator; audit may be nil.
+func New(state State, log *slog.Logger, audit Auditor) *Validator {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Validator{state: state, log: log, audit: audit}
+}
+
+// Validate checks ch against the current state on behalf of actor. dryRun only marks the
+// result and the log entry: nothing is ever written here. The error is for a failure to read
+// the current state; rule violations are in the result.
+func (v *Validator) Validate(ctx context.Context, actor string, ch Change, dryRun bool) (Result, error) {
+	res, err := v.validate(ctx, ch)
+	res.DryRun = dryRun
+	v.record(ctx, actor, ch, res, err)
+	return res, err
+}
+
+func (v *Validator) validate(ctx context.Context, ch Change) (Result, error) {
+	cur, err := v.current(ctx, ch)
+	if err != nil {
+		return Result{}, err
+	}
+	var c checker
+	c.cluster(ch.Cluster)
+	seen := map[string]bool{}
+	for i, a := range ch.Apps {
+		c.app(i, a, seen, cur)
+	}
+	c.capacity(ch, cur)
+	res := Result{Valid: len(c.out) == 0, Violations: c.out, Diff: diff(ch, cur)}
+	if res.Violations == nil {
+		res.Violations = []Violation{}
+	}
+	return res, nil
+}
+
+// current is the part of the state the change touches.
+type current struct {
+	clusters map[string]*store.Cluster // nil value: the cluster does not exist
+	apps     map[string]store.App
+}
+
+func (v *Validator) current(ctx context.Context, ch Change) (current, error) {
+	cur := current{clusters: map[string]*store.Cluster{}, apps: map[string]store.App{}}
+	apps, err := v.state.ListApps(ctx)
+	if err != nil {
+		return cur, fmt.Errorf("validate: %w", err)
+	}
+	for _, a := range apps {
+		cur.apps[a.AppID] = a
+	}
+	ids := []string{}
+	if ch.Cluster != nil {
+		ids = append(ids, ch.Cluster.ID)
+	}
+	for _, a := range ch.Apps {
+		ids = append(ids, a.ClusterID)
+	}
+	for _, id := range ids {
+		if _, done := cur.clusters[id]; done || !keys.ValidID(id) {
+			continue
+		}
+		c, err := v.state.GetCluster(ctx, id)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			cur.clusters[id] = nil
+		case err != nil:
+			return cur, fmt.Errorf("validate: %w", err)
+		default:
+			cur.clusters[id] = &c
+		}
+	}
+	return cur, nil
+}
+
+type checker struct{ out []Violation }
+
+func (c *checker) add(field, code, format string, args ...any) {
+	c.out = append(c.out, Violation{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) cluster(cl *store.Cluster) {
+	if cl == nil {
+		return
+	}
+	if !keys.ValidID(cl.ID) {
+		c.add("cluster.id", "invalid_id", "cluster id must match ^[A-Za-z0-9_-]{1,128}$")
+	}
+	if cl.Capacity <= 0 || cl.Capacity >= maxInt {
+		c.add("cluster.capacity", "invalid_capacity", "capacity must be a positive number of tokens per second below 2^53, got %d", cl.Capacity)
+	}
+	if r := cl.ReservedRatio; math.IsNaN(r) || r < 0 || r >= 1 {
+		c.add("cluster.reserved_ratio", "invalid_reserved_ratio", "reserved_ratio must be in [0, 1), got %v", r)
+	}
+}
+
+// appField names a field of the i-th app: by id when the id is valid, else by index.
+func appField(i int, id, field string) string {
+	if keys.ValidID(id) {
+		return fmt.Sprintf("apps[%s].%s", id, field)
+	}
+	return fmt.Sprintf("apps[%d].%s", i, field)
+}
+
+func (c *checker) app(i int, a App, seen map[string]bool, cur current) {
+	f := func(field string) string { return appField(i, a.AppID, field) }
+	if !keys.ValidID(a.AppID) {
+		c.add(f("app_id"), "invalid_id", "app id must match ^[A-Za-z0-9_-]{1,128}$")
+	} else if seen[a.AppID] {
+		c.add(f("app_id"), "duplicate_app", "app %s appears more than once in the change", a.AppID)
+	}
+	seen[a.AppID] = true
+	if !keys.ValidID(a.ClusterID) {
+		c.add(f("cluster_id"), "invalid_id", "cluster id must match ^[A-Za-z0-9_-]{1,128}$")
+	} else if old, ok := cur.apps[a.AppID]; ok && old.ClusterID != a.ClusterID {
+		c.add(f("cluster_id"), "cluster_change", "app %s belongs to cluster %s and cannot move to %s", a.AppID, old.ClusterID, a.ClusterID)
+	}
+	if a.GuaranteedQuota <= 0 || a.GuaranteedQuota >= maxInt {
+		c.add(f("guaranteed_quota"), "invalid_guaranteed_quota", "guaranteed_quota must be a positive number of tokens per second, got %d", a.GuaranteedQuota)
+	}
+	switch {
+	case a.BurstQuota <= 0 || a.BurstQuota >= maxInt:
+		c.add(f("burst_quota"), "invalid_burst_quota", "burst_quota must be a positive number of tokens, got %d", a.BurstQuota)
+	case a.BurstQuota < a.GuaranteedQuota:
+		c.add(f("burst_quota"), "burst_below_guaranteed", "burst_quota (%d) must be at least guaranteed_quota (%d)", a.BurstQuota, a.GuaranteedQuota)
+	}
+	if a.Priority < 0 || a.Priority > 3 {
+		c.add(f("priority"), "invalid_priority", "priority must be 0, 1, 2 or 3, got %d", a.Priority)
+	}
+	if a.CBw < 0 || a.CBw >= maxInt {
+		c.add(f("c_bw"), "invalid_c_bw", "c_bw must be at least 0, got %d", a.CBw)
+	}
+	if a.MaxBorrow < 0 || a.MaxBorrow >= maxInt {
+		c.add(f("max_borrow"), "invalid_max_borrow", "max_borrow must be at least 0, got %d", a.MaxBorrow)
+	}
+	if l := a.Connections; l != nil {
+		if l.MaxConnections <= 0 {
+			c.add(f("connections.max_connections"), "invalid_max_connections", "max_connections must be positive, got %d", l.MaxConnections)
+		}
+		if l.BurstConnections < l.MaxConnections {
+			c.add(f("connections.burst_connections"), "burst_below_max_connections", "burst_connections (%d) must be at least max_connections (%d)", l.BurstConnections, l.MaxConnections)
+		}
+	}
+}
+
+// capacity checks, for every cluster the change touches, that the guaranteed quotas of its apps
+// after the change stay within 90 % of its capacity (and within 1 - reserved_ratio).
+func (c *checker) capacity(ch Change, cur current) {
+	after := map[string]store.App{}
+	for id, a := range cur.apps {
+		after[id] = a
+	}
+	touched := map[string]bool{}
+	for _, a := range ch.Apps {
+		if keys.ValidID(a.AppID) {
+			after[a.AppID] = a.App
+		}
+		touched[a.ClusterID] = true
+	}
+	if ch.Cluster != nil {
+		touched[ch.Cluster.ID] = true
+	}
+	ids := make([]string, 0, len(touched))
+	for id := range touched {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if !keys.ValidID(id) {
+			continue
+		}
+		cl := cur.clusters[id]
+		if ch.Cluster != nil && ch.Cluster.ID == id {
+			cl = ch.Cluster
+		}
+		if cl == nil {
+			c.add(fmt.Sprintf("clusters[%s]", id), "unknown_cluster", "cluster %s does not exist", id)
+			continue
+		}
+		if cl.Capacity <= 0 || math.IsNaN(cl.ReservedRatio) || cl.ReservedRatio < 0 || cl.ReservedRatio >= 1 {
+			continue // already reported: no limit to check against
+		}
+		var sum int64
+		for _, a := range after {
+			if a.ClusterID == id {
+				sum += a.GuaranteedQuota
+			}
+		}
+		share := math.Min(MaxAllocatable, 1-cl.ReservedRatio)
+		limit := int64(math.Floor(float64(cl.Capacity)*share + 1e-6))
+		if sum > limit {
+			c.add(fmt.Sprintf("clusters[%s].guaranteed_quota", id), "over_allocation",
+				"the guaranteed quotas of cluster %s would sum to %d, above %.0f%% of its capacity %d (%d)",
+				id, sum, share*100, cl.Capacity, limit)
+		}
+	}
+}
+
+func diff(ch Change, cur current) []DiffEntry {
+	out := []DiffEntry{}
+	if cl := ch.Cluster; cl != nil && keys.ValidID(cl.ID) {
+		old := cur.clusters[cl.ID]
+		p := "cluster"
+		if old == nil {
+			out = append(out, DiffEntry{Path: p + ".capacity", New: cl.Capacity},
+				DiffEntry{Path: p + ".reserved_ratio", New: cl.ReservedRatio})
+		} else {
+			out = field(out, p+".capacity", old.Capacity, cl.Capacity)
+			out = field(out, p+".reserved_ratio", old.ReservedRatio, cl.ReservedRatio)
+		}
+	}
+	for i, a := range ch.Apps {
+		p := func(f string) string { return appField(i, a.AppID, f) }
+		old, exists := cur.apps[a.AppID]
+		pairs := []struct {
+			name     string
+			old, new any
+		}{
+			{"cluster_id", old.ClusterID, a.ClusterID}, {"guaranteed_quota", old.GuaranteedQuota, a.GuaranteedQuota},
+			{"burst_quota", old.BurstQuota, a.BurstQuota}, {"priority", old.Priority, a.Priority},
+			{"c_bw", old.CBw, a.CBw}, {"max_borrow", old.MaxBorrow, a.MaxBorrow}, {"enabled", old.Enabled, a.Enabled},
+		}
+		for _, x := range pairs {
+			if !exists {
+				out = append(out, DiffEntry{Path: p(x.name), New: x.new})
+				continue
+			}
+			out = field(out, p(x.name), x.old, x.new)
+		}
+		if a.Connections != nil {
+			out = append(out, DiffEntry{Path: p("connections.max_connections"), New: a.Connections.MaxConnections},
+				DiffEntry{Path: p("connections.burst_connections"), New: a.Connections.BurstConnections})
+		}
+	}
+	return out
+}
+
+func field(out []DiffEntry, path string, old, new any) []DiffEntry {
+	if old == new {
+		return out
+	}
+	return append(out, DiffEntry{Path: path, Old: old, New: new})
+}
+
+// record logs the attempt (ids only when valid, no values) and hands it to the audit hook.
+func (v *Validator) record(ctx context.Context, actor string, ch Change, res Result, err error) {
+	if !keys.ValidID(actor) {
+		actor = "_invalid"
+	}
+	var apps []string
+	for i, a := range ch.Apps {
+		if keys.ValidID(a.AppID) {
+			apps = append(apps, a.AppID)
+		} else {
+			apps = append(apps, fmt.Sprintf("#%d", i))
+		}
+	}
+	cluster := ""
+	if ch.Cluster != nil {
+		cluster = "_invalid"
+		if keys.ValidID(ch.Cluster.ID) {
+			cluster = ch.Cluster.ID
+		}
+	}
+	codes := make([]string, 0, len(res.Violations))
+	for _, x := range res.Violations {
+		codes = append(codes, x.Field+":"+x.Code)
+	}
+	attrs := []any{"actor", actor, "dry_run", res.DryRun, "cluster", cluster, "apps", apps,
+		"valid", res.Valid, "violations", codes, "changes", len(res.Diff)}
+	switch {
+	case err != nil:
+		v.log.ErrorContext(ctx, "config validation failed to read the current state", append(attrs, "err", err)...)
+	case res.Valid:
+		v.log.InfoContext(ctx, "config validation passed", attrs...)
+	default:
+		v.log.WarnContext(ctx, "config validation rejected", attrs...)
+	}
+	if v.audit != nil {
+		v.audit.ValidationAttempt(ctx, Attempt{At: time.Now(), Actor: actor, Change: ch, Result: res, Err: err})
+	}
+}

@@ -17,6 +17,7 @@ local sync = require("tollgate.sync")
 local watch = require("tollgate.watch")
 local deg = require("tollgate.degradation")
 local emergency = require("tollgate.emergency")
+local connlimit = require("tollgate.connlimit")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -37,6 +38,7 @@ local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE
 
 function _M.init(opts)
     S = config.settings(opts)
+    connlimit.configure(opts)
     local set, err = scripts.load(S.scripts_dir)
     if not set then
         error("tollgate: " .. err, 0)
@@ -70,6 +72,7 @@ function _M.init_worker()
     l3.init(S, R, SC, sync)
     sync.init(S, R, SC)
     watch.init(S, R)
+    connlimit.start(S, R)
     ngx.timer.every(1, function(premature)
         if not premature then
             metrics.flush()
@@ -135,6 +138,12 @@ function _M.access()
         ngx.ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
     end
+    -- connection limiter: a slot before cost and token bucket; log() gives it back (DESIGN §6)
+    local cok, creason = connlimit.acquire(a, ngx.ctx)
+    if not cok then
+        ngx.ctx.tg_label = id
+        return connlimit.refuse(creason)
+    end
 
     local bytes = 0
     local chunked = false
@@ -178,6 +187,9 @@ end
 
 function _M.log()
     local ctx = ngx.ctx
+    if ctx.tg_conn then
+        connlimit.release(ctx)      -- connection limiter first, whatever answered the request
+    end
     local label = ctx.tg_label
     if not label then
         return

@@ -14,6 +14,7 @@ local _M = {}
 
 local COST_BUCKETS = { 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 10000, 100000, 1000000 }
 local LATENCY_BUCKETS = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1 }
+local CONN_BUCKETS = { 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300 }
 _M.COST_BUCKETS = COST_BUCKETS
 
 local HELP = {
@@ -37,6 +38,13 @@ local HELP = {
     ratelimit_fail_open_total = { "counter", "Requests admitted by the fail-open budget." },
     ratelimit_config_errors_total = { "counter", "App configs rejected by this node." },
     ratelimit_config_version = { "gauge", "Config version this node enforces." },
+    connlimit_active_connections = { "gauge", "Requests in flight on this node by app." },
+    connlimit_peak_connections = { "gauge", "Highest requests in flight on this node by app." },
+    connlimit_cluster_active_connections = { "gauge", "Requests in flight by cluster." },
+    connlimit_cluster_peak_connections = { "gauge", "Highest requests in flight by cluster." },
+    connlimit_rejected_total = { "counter", "Requests refused by the connection limiter." },
+    connlimit_leaked_total = { "counter", "Slots of lost requests force-released by cleanup." },
+    connlimit_duration_seconds = { "histogram", "Time requests held a connection slot." },
 }
 
 -- per-worker accumulators
@@ -47,9 +55,13 @@ local lat_b = {}
 local lat_sum, lat_n = 0, 0
 local hits, misses = 0, 0
 local other = {}         -- series -> n (rare events)
+local conn_b = {}        -- connection slot hold times
+local conn_sum, conn_n = 0, 0
+local gauge_sources = {} -- functions adding gauges read at scrape time
 
 for i = 1, #COST_BUCKETS + 1 do cost_b[i] = 0 end
 for i = 1, #LATENCY_BUCKETS + 1 do lat_b[i] = 0 end
+for i = 1, #CONN_BUCKETS + 1 do conn_b[i] = 0 end
 
 local function bucket_index(buckets, v)
     for i = 1, #buckets do
@@ -90,6 +102,19 @@ function _M.redis_latency(sec)
     lat_n = lat_n + 1
 end
 
+--- Seconds a request held its connection slot.
+function _M.conn_duration(sec)
+    local i = bucket_index(CONN_BUCKETS, sec)
+    conn_b[i] = conn_b[i] + 1
+    conn_sum = conn_sum + sec
+    conn_n = conn_n + 1
+end
+
+--- Register fn(gauges), called at every render to add gauges read at scrape time.
+function _M.add_gauges(fn)
+    gauge_sources[#gauge_sources + 1] = fn
+end
+
 --- Count a rare event under a full series name, e.g. 'ratelimit_rejected_total{...}'.
 function _M.inc(series, n)
     other[series] = (other[series] or 0) + (n or 1)
@@ -128,6 +153,8 @@ function _M.flush()
     cost_sum, cost_n = 0, 0
     flush_hist("ratelimit_redis_latency_seconds", LATENCY_BUCKETS, lat_b, lat_sum, lat_n)
     lat_sum, lat_n = 0, 0
+    flush_hist("connlimit_duration_seconds", CONN_BUCKETS, conn_b, conn_sum, conn_n)
+    conn_sum, conn_n = 0, 0
     add("ratelimit_l3_hits_total", hits)
     add("ratelimit_l3_misses_total", misses)
     hits, misses = 0, 0
@@ -163,6 +190,9 @@ end
 --- Prometheus text of everything in the dict plus `gauges` ({series = value}).
 function _M.render(gauges)
     _M.flush()
+    for i = 1, #gauge_sources do
+        gauge_sources[i](gauges)
+    end
     local series = {}
     for _, k in ipairs(mdict:get_keys(0)) do
         if not find(k, "\0", 1, true) then
@@ -191,7 +221,8 @@ function _M.render(gauges)
         out[#out + 1] = k .. " " .. fmt_num(v)
     end
     for _, h in ipairs({ { "ratelimit_request_cost", COST_BUCKETS },
-                         { "ratelimit_redis_latency_seconds", LATENCY_BUCKETS } }) do
+                         { "ratelimit_redis_latency_seconds", LATENCY_BUCKETS },
+                         { "connlimit_duration_seconds", CONN_BUCKETS } }) do
         last = nil
         header(h[1])
         render_hist(out, h[1], h[2])

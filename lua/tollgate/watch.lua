@@ -3,6 +3,7 @@
 -- Also announces this node in `ratelimit:gateways` (id, last report, config version).
 local config = require("tollgate.config")
 local emergency = require("tollgate.emergency")
+local connlimit = require("tollgate.connlimit")
 local keys = require("tollgate.keys")
 local cjson = require("cjson.safe")
 
@@ -30,6 +31,7 @@ local function reload(reason)
         return nil, err
     end
     log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
+    connlimit.refresh(reason)       -- connection limits ride on the same notice
     return v
 end
 _M.reload = reload

@@ -92,6 +92,116 @@ function actions.settings()
     reply(handler.settings())
 end
 
+-- Connection limiter ------------------------------------------------------------------------
+local connlimit = require("tollgate.connlimit")
+local conntrack = require("tollgate.connlimit_track")
+local cdict = ngx.shared.connlimit_dict
+
+-- app and cluster of ?app= (its config's cluster) or ?app=&cluster= (any valid ids)
+local function conn_target()
+    local id, cluster = ngx.var.arg_app, ngx.var.arg_cluster
+    if not cluster then
+        local a = id and config.app(id)
+        cluster = a and a.cluster
+    end
+    return id, cluster
+end
+
+function actions.conn_state()
+    local id, cluster = conn_target()
+    reply(connlimit.state(id, cluster))
+end
+
+-- ?app=&max=&burst= or ?cluster=&max=&ratio= (no max: back to the defaults)
+function actions.conn_limits()
+    local max = tonumber(ngx.var.arg_max)
+    local ok, err
+    if ngx.var.arg_app then
+        ok, err = connlimit.set_app_limits(ngx.var.arg_app, max, tonumber(ngx.var.arg_burst))
+    else
+        ok, err = connlimit.set_cluster_limits(ngx.var.arg_cluster, max,
+            tonumber(ngx.var.arg_ratio))
+    end
+    reply({ ok = ok or false, error = err })
+end
+
+-- Run a script of operations in this worker, e.g. ops=a,a,r1,r1,l2:400,c,s2 :
+-- a acquire (handle = its position among the a's), rK release handle K, lK:S lose handle K's
+-- log phase with its last_seen S seconds back, hK:S stall handle K's worker for S seconds (it
+-- releases the handle later), c one cleanup run, sK the tracking record of handle K.
+-- Every step answers its result and the counters after it.
+function actions.conn_ops()
+    local id, cluster = conn_target()
+    local a = { id = id, cluster = cluster }
+    local ctxs, steps = {}, {}
+    for op in (ngx.var.arg_ops or ""):gmatch("[^,]+") do
+        local kind, k, age = op:match("^(%a)(%d*):?([%d.]*)$")
+        local ctx = ctxs[tonumber(k) or 0]
+        local r = { op = op }
+        if kind == "a" then
+            ctx = {}
+            ctxs[#ctxs + 1] = ctx
+            r.ok, r.reason = connlimit.acquire(a, ctx)
+            r.handle = #ctxs
+            ctx.t_slot = ctx.tg_conn
+        elseif kind == "r" then
+            r.released = connlimit.release(ctx)
+        elseif kind == "l" then
+            r.ok = conntrack.abandon(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age))
+            ctx.tg_conn = nil      -- its request is gone: no log phase will release it
+        elseif kind == "h" then
+            r.ok = conntrack.abandon(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age), true)
+        elseif kind == "c" then
+            r.leaked = connlimit.cleanup()
+        elseif kind == "s" then
+            r.record = ctx.t_slot and conntrack.inspect(ctx.t_slot, ctx.tg_conn_rid)
+        else
+            ngx.status = 400
+            return reply({ error = "bad op " .. op })
+        end
+        r.state = connlimit.state(id, cluster)
+        steps[#steps + 1] = r
+    end
+    reply(steps)
+end
+
+function actions.conn_cleanup()
+    local leaked, work = connlimit.cleanup()
+    reply({ leaked = leaked, work = work })
+end
+
+function actions.conn_workers()
+    reply(conntrack.workers())
+end
+
+-- A backend that holds the request until /_t/conn_unhold?name= (or ?ms= passed) and records
+-- how many requests of `name` it held at once.
+function actions.conn_hold()
+    local name = ngx.var.arg_name or "-"
+    local v = cdict:incr("test:hold:" .. name, 1, 0)
+    cdict:set("test:seen:" .. name .. ":" .. v, true)
+    local deadline = ngx.now() + (tonumber(ngx.var.arg_ms) or 30000) / 1000
+    while not cdict:get("test:go:" .. name) and ngx.now() < deadline do
+        ngx.sleep(0.01)
+    end
+    cdict:incr("test:hold:" .. name, -1)
+    ngx.print("held")
+end
+
+function actions.conn_unhold()
+    cdict:set("test:go:" .. (ngx.var.arg_name or "-"), true)
+    reply({ ok = true })
+end
+
+function actions.conn_held()
+    local name = ngx.var.arg_name or "-"
+    local max = 0
+    while cdict:get("test:seen:" .. name .. ":" .. (max + 1)) do
+        max = max + 1
+    end
+    reply({ now = cdict:get("test:hold:" .. name) or 0, max = max })
+end
+
 function _M.handle()
     local name = ngx.var.uri:match("^/_t/([%w_]+)$")
     local fn = name and actions[name]

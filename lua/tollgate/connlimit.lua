@@ -1,0 +1,242 @@
+-- Connection limiter (Req 17-19, DESIGN §6): requests in flight per app and per storage
+-- cluster, checked before the token bucket and released in the log phase.
+-- Counters move only through connlimit_dict:incr, increment-then-check with undo, so two
+-- workers can never both take the last slot. Limits: tollgate.connlimit_config; tracking
+-- records, heartbeat and leak cleanup: tollgate.connlimit_track.
+-- An app may use burst_connections beyond max_connections only while its cluster has headroom:
+-- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
+-- connlimit_dict counters: ca:<app> / cc:<cluster> in flight, pa: / pc: peaks (pa:<app>:<n>
+-- markers), ra: / rc: rejected, la:<app> force-released.
+local keys = require("tollgate.keys")
+local config = require("tollgate.config")
+local metrics = require("tollgate.metrics")
+local response = require("tollgate.response")
+local limits = require("tollgate.connlimit_config")
+local track = require("tollgate.connlimit_track")
+
+local dict = ngx.shared.connlimit_dict
+local header = ngx.header
+local var = ngx.var
+local now = ngx.now
+local log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local format = string.format
+local floor = math.floor
+
+local _M = {
+    configure = limits.configure,
+    settings = limits.settings,
+    set_app_limits = limits.set_app_limits,
+    set_cluster_limits = limits.set_cluster_limits,
+    refresh = limits.refresh,
+    cleanup = track.cleanup,
+}
+
+local entry = limits.entry
+local R, BG_MS, NODE
+local STATS_TTL = 300
+
+-- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
+-- up to the peak was returned by some incr: whoever first adds the marker of a value raises
+-- the peak by one, which keeps the shared peak exact and monotonic without a lock.
+local function raise_peak(pkey, v, known)
+    if v <= known then
+        return known
+    end
+    for m = (dict:get(pkey) or 0) + 1, v do
+        if dict:add(pkey .. ":" .. m, true, 60) then
+            dict:incr(pkey, 1, 0)
+        end
+    end
+    return v
+end
+
+local function set_headers(limit, current)
+    header["X-Connection-Limit"] = limit
+    header["X-Connection-Current"] = current
+    header["X-Connection-Remaining"] = current < limit and limit - current or 0
+end
+
+-- current: the count this request saw without itself, capped at what can really be in flight
+-- (concurrent refused requests may still hold an increment they are about to undo)
+local function reject(e, reason, limit, current)
+    dict:incr(e.rkey, 1, 0)
+    dict:incr(e.rckey, 1, 0)
+    metrics.inc(reason == "app_limit_exceeded" and e.s_app or e.s_cluster)
+    set_headers(limit, current)
+    return false, reason
+end
+
+--- Take a slot for app `a` ({id, cluster}); on success ctx remembers it for release().
+-- Returns true, or false and `app_limit_exceeded` / `cluster_limit_exceeded`.
+function _M.acquire(a, ctx)
+    local e = entry(a.id, a.cluster)
+    local v, err = dict:incr(e.akey, 1, 0)
+    if not v then
+        log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
+        return true
+    end
+    if v > e.burst then
+        dict:incr(e.akey, -1)
+        return reject(e, "app_limit_exceeded", e.max, e.burst)
+    end
+    local c
+    c, err = dict:incr(e.ckey, 1, 0)
+    if not c then
+        dict:incr(e.akey, -1)
+        log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
+        return true
+    end
+    if v > e.max and c > e.headroom then
+        dict:incr(e.ckey, -1)
+        dict:incr(e.akey, -1)
+        return reject(e, "app_limit_exceeded", e.max, v - 1)
+    end
+    if c > e.cmax then
+        dict:incr(e.ckey, -1)
+        dict:incr(e.akey, -1)
+        return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
+    end
+    local n, rid = track.open(a.id, a.cluster, var.remote_addr)
+    if not n then
+        dict:incr(e.ckey, -1)
+        dict:incr(e.akey, -1)
+        log(ERR, "tollgate: connlimit_dict: ", rid, "; request admitted without a slot")
+        return true
+    end
+    ctx.tg_conn, ctx.tg_conn_rid, ctx.tg_conn_e = n, rid, e
+    e.peak = raise_peak(e.pkey, v, e.peak)
+    e.cpeak = raise_peak(e.pckey, c, e.cpeak)
+    set_headers(e.max, v)
+    return true
+end
+
+--- Release the slot ctx holds (log phase; any later call is a no-op). True if this call did.
+function _M.release(ctx)
+    local n = ctx.tg_conn
+    if not n then
+        return false
+    end
+    ctx.tg_conn = nil
+    local won, held = track.close(n, ctx.tg_conn_rid)
+    if not won then
+        return false
+    end
+    local e = ctx.tg_conn_e
+    -- in the reverse order of acquire: a release in progress never makes the cluster look
+    -- fuller than the apps in it, which would refuse other apps
+    local c = dict:incr(e.ckey, -1)
+    local v = dict:incr(e.akey, -1)
+    if (v and v < 0) or (c and c < 0) then
+        log(ERR, "tollgate: connection counter of ", e.id, "/", e.cluster, " below zero")
+    end
+    metrics.conn_duration(held)
+    return true
+end
+
+--- The 429 of a connection-limit rejection (headers were set by acquire).
+function _M.refuse(reason)
+    return response.too_many(reason, 0, 1, { remaining = 0 })
+end
+
+-- A slot the cleanup force-released (its request's worker is gone).
+local function leaked(app, cluster)
+    dict:incr("cc:" .. cluster, -1)
+    dict:incr("ca:" .. app, -1)
+    dict:incr("la:" .. app, 1, 0)
+    metrics.inc(format('connlimit_leaked_total{app_id="%s",cluster_id="%s"}', app, cluster))
+end
+
+--- Counters and limits of app `id` in `cluster` on this node.
+function _M.state(id, cluster)
+    local e = entry(id, cluster)
+    return {
+        app_current = dict:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
+        app_rejected = dict:get(e.rkey) or 0, app_leaked = dict:get("la:" .. id) or 0,
+        cluster_current = dict:get(e.ckey) or 0, cluster_peak = dict:get(e.pckey) or 0,
+        cluster_rejected = dict:get(e.rckey) or 0,
+        max = e.max, burst = e.burst, cluster_max = e.cmax, headroom = e.headroom,
+    }
+end
+
+-- Timers -------------------------------------------------------------------------------
+
+-- Node statistics (Req 19.6): connlimit:{c}:stats:<app>:node:<node>, for the control plane
+-- to aggregate across nodes.
+local function report()
+    local rows = {}
+    for _, id in ipairs(config.app_ids()) do
+        local a = config.app(id)
+        local cur = a and dict:get("ca:" .. id)
+        if cur then
+            rows[#rows + 1] = { keys.conn_node_stats(a.cluster, id, NODE), cur,
+                                dict:get("pa:" .. id) or 0, dict:get("ra:" .. id) or 0 }
+        end
+    end
+    if #rows == 0 then
+        return
+    end
+    local t = floor(now())
+    local ok, err = R:with(BG_MS, function(red)
+        red:init_pipeline()
+        for _, r in ipairs(rows) do
+            red:hset(r[1], "current", r[2], "peak", r[3], "rejected", r[4], "last_seen", t)
+            red:expire(r[1], STATS_TTL)
+        end
+        return red:commit_pipeline()
+    end)
+    if not ok then
+        log(WARN, "tollgate: connection stats not reported: ", err)
+    end
+end
+
+-- /metrics gauges, read at scrape time.
+local function gauges(g)
+    local clusters = {}
+    for _, id in ipairs(config.app_ids()) do
+        local a = config.app(id)
+        local cur = a and dict:get("ca:" .. id)
+        if cur then
+            local l = format('{app_id="%s",cluster_id="%s"}', id, a.cluster)
+            g["connlimit_active_connections" .. l] = cur
+            g["connlimit_peak_connections" .. l] = dict:get("pa:" .. id) or 0
+            clusters[a.cluster] = true
+        end
+    end
+    for c in pairs(clusters) do
+        local l = format('{cluster_id="%s"}', c)
+        g["connlimit_cluster_active_connections" .. l] = dict:get("cc:" .. c) or 0
+        g["connlimit_cluster_peak_connections" .. l] = dict:get("pc:" .. c) or 0
+    end
+end
+
+local function every(interval, fn)
+    local ok, err = ngx.timer.every(interval, function(premature)
+        if not premature then
+            fn()
+        end
+    end)
+    if not ok then
+        log(ERR, "tollgate: connlimit: cannot start timer: ", err)
+    end
+end
+
+--- init_worker: tracking generation, heartbeat; on worker 0 cleanup, stats, limit refresh.
+function _M.start(settings, client)
+    local S = limits.settings() or limits.configure()
+    R, BG_MS, NODE = client, settings.bg_timeout_ms, settings.node_id
+    limits.init(client, BG_MS)
+    track.init(S, leaked)
+    metrics.add_gauges(gauges)
+    every(S.heartbeat, track.heartbeat)
+    if ngx.worker.id() == 0 then
+        every(S.cleanup_interval, function() track.cleanup() end)
+        every(S.stats_interval, report)
+        every(S.config_ttl, function() _M.refresh("ttl") end)
+    end
+end
+
+_M.report = report
+
+return _M

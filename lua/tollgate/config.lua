@@ -50,7 +50,7 @@ function _M.settings(opts)
         batch_threshold = opts.batch_threshold or num_env("TOLLGATE_BATCH_THRESHOLD", 1000),
         min_target = opts.min_target or num_env("TOLLGATE_RESERVE_TARGET", 1000),
         max_target = opts.max_target or num_env("TOLLGATE_MAX_TARGET", 200000),
-        target_horizon = opts.target_horizon or num_env("TOLLGATE_TARGET_HORIZON", 0.2),
+        target_horizon = opts.target_horizon or num_env("TOLLGATE_TARGET_HORIZON", 0.5),
         refill_threshold = opts.refill_threshold or 0.2,
         idle_return_after = opts.idle_return_after or num_env("TOLLGATE_IDLE_RETURN", 1.0),
         fail_open_rate = opts.fail_open_rate or num_env("TOLLGATE_FAIL_OPEN_RATE", 100),
@@ -129,6 +129,15 @@ local cache = {}
 local cache_n = 0
 local cache_version = nil
 local CACHE_MAX = 20000
+
+--- The parsed config of app `id` if this worker has it at hand (the hot path's first try: a
+-- hit needs no id validation, since only valid ids are ever cached as known apps).
+function _M.cached(id)
+    if cdict:get("generation") ~= cache_version then
+        return nil
+    end
+    return cache[id] or nil
+end
 
 --- The config of app `id`, false when unknown, nil when no config was ever loaded.
 function _M.app(id)

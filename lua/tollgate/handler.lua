@@ -18,6 +18,7 @@ local watch = require("tollgate.watch")
 local deg = require("tollgate.degradation")
 local emergency = require("tollgate.emergency")
 local connlimit = require("tollgate.connlimit")
+local reservation = require("tollgate.reservation")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -71,6 +72,7 @@ function _M.init_worker()
     R = client
     l3.init(S, R, SC, sync)
     sync.init(S, R, SC)
+    reservation.init(S, l3)
     watch.init(S, R)
     connlimit.start(S, R)
     ngx.timer.every(1, function(premature)
@@ -88,6 +90,11 @@ function _M.init_worker()
         end
     end)
     if worker0 then
+        ngx.timer.every(math.min(10, S.reservation_timeout / 2), function(premature)
+            if not premature then
+                reservation.sweep()
+            end
+        end)
         ngx.timer.every(S.sync_interval, function(premature)
             if not premature then
                 sync.tick()
@@ -102,6 +109,31 @@ local function reject_invalid(reason, message, status)
     return response.refuse(status or 400, reason, message)
 end
 
+-- Price a request: the known cost (C_base + request body), the estimate of bandwidth settled
+-- after the response (chunked upload, download) and a multipart reservation to open.
+local function price(a, op, headers)
+    local p = { cost = 0, estimate = 0, reserve = 0, chunked = false }
+    local bytes = 0
+    local te = headers["transfer-encoding"]
+    if te and te ~= "identity" then
+        p.chunked = true
+    else
+        bytes = tonumber(headers["content-length"]) or 0
+    end
+    p.cost = CALC:calculate(op, bytes, a.c_bw)
+    if p.chunked then
+        p.estimate = CALC:bandwidth(reservation.upload_estimate(headers), a.c_bw, p.cost)
+    elseif cost_mod.DOWNLOAD[op] then
+        p.estimate = CALC:bandwidth(reservation.download_estimate(a, headers), a.c_bw, p.cost)
+    elseif op == "MULTIPART_INIT" then
+        local expected = tonumber(headers["x-tollgate-expected-size"])
+        if expected and expected > 0 then
+            p.reserve = CALC:bandwidth(expected, a.c_bw, p.cost)
+        end
+    end
+    return p
+end
+
 function _M.access()
     local headers = get_headers(100)
     local id = headers[app_header_lc]
@@ -111,11 +143,14 @@ function _M.access()
     if type(id) == "table" then
         return reject_invalid("duplicate_app_id", "send exactly one " .. S.app_header .. " header")
     end
-    if not keys.valid_id(id) then
-        return reject_invalid("invalid_app_id",
-            S.app_header .. " must match ^[A-Za-z0-9_-]{1,128}$")
+    local a = config.cached(id)
+    if not a then
+        if not keys.valid_id(id) then
+            return reject_invalid("invalid_app_id",
+                S.app_header .. " must match ^[A-Za-z0-9_-]{1,128}$")
+        end
+        a = config.app(id)
     end
-    local a = config.app(id)
     if a == false then
         ngx.ctx.tg_label = "_unknown"
         return response.refuse(403, "unknown_app", "no such app")
@@ -145,36 +180,41 @@ function _M.access()
         return connlimit.refuse(creason)
     end
 
-    local bytes = 0
-    local chunked = false
-    local te = headers["transfer-encoding"]
-    if te and te ~= "identity" then
-        chunked = true
-    else
-        bytes = tonumber(headers["content-length"]) or 0
-    end
-    local cost = CALC:calculate(op, bytes, a.c_bw)
+    local p = price(a, op, headers)
+    local cost = p.cost
     local em = emergency.blocked(a)
     if em then
         ngx.ctx.tg_label = id
         local info = { reset = em, remaining = 0 }
         return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
     end
-    local ok, x, y = l3.acquire(a, cost)
+    local covered = 0
+    if op == "MULTIPART_UPLOAD" then
+        covered = reservation.draw(a, var.uri, cost - CALC.base[op])
+    end
+    local charge = cost + p.estimate + p.reserve - covered
+    local ok, x, y = l3.acquire(a, charge)
     local ctx = ngx.ctx
     ctx.tg_label = id
     if not ok then
+        reservation.undraw(a, var.uri, covered)
         if x == "app_disabled" then
             return response.refuse(403, x, "the app is disabled")
         end
         local retry = l3.retry_after(y)
-        return response.too_many(x, cost, retry, y, { quota = a.guaranteed, window = 1 })
+        return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
+    end
+    if p.reserve > 0 and not reservation.open(a, var.uri, p.reserve) then
+        l3.refund(a, p.reserve, y)
+        p.reserve = 0
     end
     ctx.tg_app = a
-    ctx.tg_cost = cost
+    ctx.tg_cost = charge - p.reserve  -- what a cancellation gives back to the lease
+    ctx.tg_total = cost
+    ctx.tg_covered = covered
+    ctx.tg_price = p
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
-    ctx.tg_chunked = chunked
     header["X-RateLimit-Cost"] = cost
     header["X-RateLimit-Remaining"] = x
 end
@@ -204,24 +244,34 @@ function _M.log()
         metrics.request(label, method, status, nil)
         return
     end
-    local cost = ctx.tg_cost
+    local p, op = ctx.tg_price, ctx.tg_op
     local cancelled = (status == 499 or status >= 500) and not upstream_answered()
     if cancelled then
-        l3.rollback(a, cost, ctx.tg_source)
+        l3.rollback(a, ctx.tg_cost, ctx.tg_source)
+        reservation.undraw(a, var.uri, ctx.tg_covered)
+        if p.reserve > 0 then
+            reservation.close(a, var.uri)
+        end
         metrics.request(label, method, status, nil)
         return
     end
-    local extra = 0
-    if ctx.tg_chunked then
+    local actual = 0
+    if p.chunked then
         -- nginx sets $content_length to the de-chunked size once it has read the body
-        extra = CALC:bandwidth(tonumber(var.content_length) or 0, a.c_bw, cost)
-    elseif cost_mod.DOWNLOAD[ctx.tg_op] then
-        extra = CALC:bandwidth(tonumber(var.body_bytes_sent) or 0, a.c_bw, cost)
+        actual = CALC:bandwidth(tonumber(var.content_length) or 0, a.c_bw, ctx.tg_total)
+    elseif cost_mod.DOWNLOAD[op] then
+        local sent = tonumber(var.body_bytes_sent) or 0
+        actual = CALC:bandwidth(sent, a.c_bw, ctx.tg_total)
+        reservation.observe_download(a, sent)
     end
-    if extra > 0 then
-        l3.charge(a, extra, ctx.tg_source)
+    if p.estimate > 0 or actual > 0 then
+        reservation.settle(a, p.estimate, actual, ctx.tg_source)
     end
-    metrics.request(label, method, status, cost + extra)
+    if (op == "MULTIPART_INIT" and p.reserve > 0 and status >= 300)
+            or ((op == "MULTIPART_COMPLETE" or op == "MULTIPART_ABORT") and status < 300) then
+        reservation.close(a, var.uri)
+    end
+    metrics.request(label, method, status, ctx.tg_total + actual)
 end
 
 function _M.health()
@@ -253,6 +303,8 @@ function _M.metrics()
     gauges["ratelimit_l3_cache_hit_ratio"] = metrics.hit_ratio()
     gauges["ratelimit_config_version"] = config.version() or 0
     gauges["ratelimit_degradation_level"] = deg.level()
+    gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0
+    gauges["ratelimit_reservations_active"] = dict:get("rsv:active") or 0
     gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(metrics.render(gauges))

@@ -35,6 +35,9 @@ function _M.upload_estimate(headers)
     return S.chunked_estimate
 end
 
+-- running average of download sizes per app, per worker (no shared-memory work per request)
+local dl_avg = {}
+
 --- Bytes a download is expected to return: the Range if bounded, else the app's average.
 function _M.download_estimate(a, headers)
     local range = headers["range"]
@@ -44,14 +47,13 @@ function _M.download_estimate(a, headers)
             return tonumber(last) - tonumber(first) + 1
         end
     end
-    return dict:get(shm.keys(a.id).dl_avg) or 0
+    return dl_avg[a.id] or 0
 end
 
 --- Remember a download's real size in the app's running average.
 function _M.observe_download(a, bytes)
-    local key = shm.keys(a.id).dl_avg
-    local avg = dict:get(key)
-    dict:set(key, avg and floor(avg + 0.2 * (bytes - avg)) or bytes)
+    local avg = dl_avg[a.id]
+    dl_avg[a.id] = avg and floor(avg + 0.2 * (bytes - avg)) or bytes
 end
 
 --- Settle an estimated charge: refund or charge the difference (Property 9).

@@ -32,7 +32,6 @@ function _M.keys(id)
         rollback_count = p .. "rollback_count",
         fail_open = p .. "fail_open",           -- cost admitted while Redis was unavailable
         give_back = p .. "give_back",           -- tokens taken from the lease, due back to L2
-        dl_avg = p .. "dl_avg",                 -- running average of download sizes (bytes)
     }
     if cache_n > 50000 then
         cache, cache_n = {}, 0

@@ -3,6 +3,8 @@
 -- Also announces this node in `ratelimit:gateways` (id, last report, config version).
 local config = require("tollgate.config")
 local emergency = require("tollgate.emergency")
+local deg = require("tollgate.degradation")
+local metrics = require("tollgate.metrics")
 local connlimit = require("tollgate.connlimit")
 local keys = require("tollgate.keys")
 local cjson = require("cjson.safe")
@@ -53,6 +55,9 @@ local function poll(premature)
                 last_seen = math.floor(t),
                 config_version = config.version(),
                 mode = S.mode,
+                degradation_level = deg.level(),
+                redis_latency_ms = deg.latency() * 1000,
+                l3_hit_ratio = metrics.hit_ratio(),
             }))
         end
         local ok, eerr = emergency.refresh(red)

@@ -70,6 +70,10 @@ function _M.init_worker()
         error("tollgate: " .. err, 0)
     end
     R = client
+    local ok, serr = R:start(S.bg_timeout_ms)  -- Sentinel master / cluster slot map upkeep
+    if not ok then
+        ngx.log(ngx.ERR, "tollgate: cannot start redis topology upkeep: ", serr)
+    end
     l3.init(S, R, SC, sync)
     sync.init(S, R, SC)
     reservation.init(S, l3)

@@ -31,6 +31,7 @@ local HELP = {
     ratelimit_redis_calls_total = { "counter", "Redis round trips by operation." },
     ratelimit_redis_errors_total = { "counter", "Failed Redis round trips by kind." },
     ratelimit_breaker_opened_total = { "counter", "Times a failure opened the Redis breaker." },
+    ratelimit_redis_redirects_total = { "counter", "Redis Cluster MOVED/ASK/TRYAGAIN replies." },
     ratelimit_reservations_total = { "counter", "Multipart reservations by result." },
     ratelimit_reserved_tokens = { "gauge", "Tokens held by open multipart reservations." },
     ratelimit_reservations_active = { "gauge", "Open multipart reservations." },

@@ -50,7 +50,7 @@ local function poll(premature)
         local t = now()
         if t - last_announce >= ANNOUNCE_EVERY then
             last_announce = t
-            red:hset(keys.gateways(), S.node_id, cjson.encode({
+            local ok, herr = red:hset(keys.gateways(), S.node_id, cjson.encode({
                 node_id = S.node_id,
                 last_seen = math.floor(t),
                 config_version = config.version(),
@@ -59,6 +59,9 @@ local function poll(premature)
                 redis_latency_ms = deg.latency() * 1000,
                 l3_hit_ratio = metrics.hit_ratio(),
             }))
+            if not ok then
+                return nil, herr    -- e.g. READONLY: the connection must not be pooled
+            end
         end
         local ok, eerr = emergency.refresh(red)
         if not ok then

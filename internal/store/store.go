@@ -225,13 +225,19 @@ func (s *Store) ListApps(ctx context.Context) ([]App, error) {
 	return dedupe(apps), nil
 }
 
-// HasConfig reports whether Redis holds any tollgate config (apps or clusters index).
+// HasConfig reports whether Redis holds any tollgate config (apps or clusters index). One EXISTS
+// per key: the two untagged keys live in different Redis Cluster slots (CROSSSLOT together).
 func (s *Store) HasConfig(ctx context.Context) (bool, error) {
-	n, err := s.rdb.Exists(ctx, keys.AppsIndex(), keys.ClustersIndex()).Result()
-	if err != nil {
-		return false, fmt.Errorf("store: has config: %w", err)
+	for _, k := range []string{keys.AppsIndex(), keys.ClustersIndex()} {
+		n, err := s.rdb.Exists(ctx, k).Result()
+		if err != nil {
+			return false, fmt.Errorf("store: has config: %w", err)
+		}
+		if n > 0 {
+			return true, nil
+		}
 	}
-	return n > 0, nil
+	return false, nil
 }
 
 // ConfigVersion returns the current config version (0 before the first change).

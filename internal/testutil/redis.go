@@ -31,6 +31,7 @@ type Redis struct {
 	bin  string
 	dir  string
 	port int
+	args []string // extra redis-server arguments (see StartRedisArgs)
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -38,6 +39,13 @@ type Redis struct {
 // StartRedis starts a redis-server on a free 127.0.0.1 port and kills it in t.Cleanup.
 // The binary is $TOLLGATE_REDIS_SERVER, else redis-server from PATH.
 func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	return StartRedisArgs(t)
+}
+
+// StartRedisArgs is StartRedis with extra redis-server arguments (e.g. "--cluster-enabled",
+// "yes"); they are kept for Restart.
+func StartRedisArgs(t testing.TB, args ...string) *Redis {
 	t.Helper()
 	bin := os.Getenv("TOLLGATE_REDIS_SERVER")
 	if bin == "" {
@@ -47,7 +55,7 @@ func StartRedis(t testing.TB) *Redis {
 	if err != nil {
 		t.Fatalf("testutil: redis-server not found: %v", err)
 	}
-	r := &Redis{t: t, bin: path, dir: t.TempDir()}
+	r := &Redis{t: t, bin: path, dir: t.TempDir(), args: args}
 	t.Cleanup(r.kill)
 	var lastErr error
 	for i := 0; i < startTries; i++ {
@@ -137,10 +145,10 @@ func (r *Redis) kill() {
 
 func (r *Redis) start() error {
 	logFile := filepath.Join(r.dir, "redis.log")
-	cmd := exec.Command(r.bin,
+	cmd := exec.Command(r.bin, append([]string{
 		"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--dir", r.dir, "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--logfile", logFile)
+		"--daemonize", "no", "--logfile", logFile}, r.args...)...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: %w", r.bin, err)
 	}

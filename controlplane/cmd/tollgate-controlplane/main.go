@@ -44,7 +44,7 @@ func run(log *slog.Logger) error {
 	defer stop()
 
 	redis.SetLogger(redisLogger{log: log})
-	rdb := redis.NewClient(cfg.RedisOptions())
+	rdb := cfg.Redis().NewClient() // one server, Sentinel failover client or cluster client
 	defer rdb.Close()
 	if err := redisconn.Wait(ctx, rdb, log, redisconn.Options{}); err != nil {
 		if ctx.Err() != nil {

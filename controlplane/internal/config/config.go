@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"tollgate/controlplane/internal/redisconn"
 )
 
 // Environment variable names and their defaults.
@@ -28,11 +30,11 @@ const (
 // Config is the control plane's configuration.
 type Config struct {
 	Addr     string // HTTP listen address host:port
-	RedisURL string // redis:// or rediss:// URL; may carry a password
+	RedisURL string // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
 	SeedDemo bool   // seed the demo config into an empty Redis
 	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
 
-	redisOpts *redis.Options
+	redis redisconn.Target
 }
 
 // FromEnv fills a Config from getenv (os.Getenv in production) with defaults for unset
@@ -63,35 +65,43 @@ func (c *Config) validate() []error {
 	if err := validateAddr(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvAddr, c.Addr, err))
 	}
-	opts, err := redis.ParseURL(c.RedisURL)
+	target, err := redisconn.Parse(c.RedisURL)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvRedisURL, redactURL(c.RedisURL), scrubURLError(err)))
 	} else {
-		c.redisOpts = opts
+		c.redis = target
 	}
 	return errs
 }
 
-// RedisOptions returns the client options of RedisURL, with context deadlines honoured by reads
-// and writes (so a health check's 500 ms budget holds against a frozen Redis). Only valid on a
-// Config returned by FromEnv without error.
+// RedisOptions returns the client options of a single-server RedisURL (nil for Sentinel and
+// Cluster URLs), with context deadlines honoured by reads and writes (so a health check's 500 ms
+// budget holds against a frozen Redis). Only valid on a Config returned by FromEnv without error.
 func (c Config) RedisOptions() *redis.Options {
-	if c.redisOpts == nil {
-		return nil
-	}
-	o := *c.redisOpts
-	o.ContextTimeoutEnabled = true
-	return &o
+	return c.redis.Options()
+}
+
+// Redis is the parsed RedisURL (one server, Sentinel or Cluster); its NewClient makes the
+// control plane's client. Only valid on a Config returned by FromEnv without error.
+func (c Config) Redis() redisconn.Target {
+	return c.redis
 }
 
 // LogValue prints the config without secrets (the Redis password is redacted).
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("addr", c.Addr),
-		slog.String("redis_url", redactURL(c.RedisURL)),
+		slog.String("redis_url", c.redisURLForLog()),
 		slog.Bool("seed_demo", c.SeedDemo),
 		slog.Any("jobs", c.Jobs),
 	)
+}
+
+func (c Config) redisURLForLog() string {
+	if c.redis.Kind != "" {
+		return c.redis.String()
+	}
+	return redactURL(c.RedisURL)
 }
 
 func validateAddr(addr string) error {

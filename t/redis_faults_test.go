@@ -19,6 +19,12 @@ type measuredLoad struct {
 
 func runMeasured(g *harness.Gateway, app string, conc int, stop <-chan struct{}) *measuredLoad {
 	m := &measuredLoad{}
+	m.run(g, app, conc, stop)
+	return m
+}
+
+// run sends the load until stop is closed; the counters can be read while it runs.
+func (m *measuredLoad) run(g *harness.Gateway, app string, conc int, stop <-chan struct{}) {
 	var wg sync.WaitGroup
 	for i := 0; i < conc; i++ {
 		wg.Add(1)
@@ -61,7 +67,6 @@ func runMeasured(g *harness.Gateway, app string, conc int, stop <-chan struct{})
 		}()
 	}
 	wg.Wait()
-	return m
 }
 
 // During a 1.5 s freeze of Redis (SIGSTOP) under load, no request waits much longer than the

@@ -1,0 +1,142 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	cpBuild    sync.Once
+	cpBin      string
+	cpBuildErr error
+)
+
+// ControlPlane is one running tollgate-controlplane process.
+type ControlPlane struct {
+	t    testing.TB
+	URL  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	out  *lockedBuffer
+}
+
+// lockedBuffer collects a process' output (written by exec's copier, read by the test).
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// controlPlaneBinary builds the control plane once per test binary.
+func controlPlaneBinary(t testing.TB) string {
+	t.Helper()
+	cpBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "tollgate-cp-")
+		if err != nil {
+			cpBuildErr = err
+			return
+		}
+		cpBin = filepath.Join(dir, "tollgate-controlplane")
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		cmd := exec.Command(goBin, "build", "-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cpBuildErr = err
+			cpBin = string(out)
+		}
+	})
+	if cpBuildErr != nil {
+		t.Fatalf("harness: build control plane: %v\n%s", cpBuildErr, cpBin)
+	}
+	return cpBin
+}
+
+// StartControlPlane starts the control plane on redisURL (any TOLLGATE_REDIS_URL form) and
+// waits until its /health answers 200.
+func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *ControlPlane {
+	t.Helper()
+	bin := controlPlaneBinary(t)
+	port := FreePort(t)
+	cp := &ControlPlane{t: t, URL: "http://127.0.0.1:" + strconv.Itoa(port), out: &lockedBuffer{}}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "TOLLGATE_REDIS_URL="+redisURL,
+		"TOLLGATE_CP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = cp.out, cp.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("harness: start control plane: %v", err)
+	}
+	cp.cmd, cp.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(cp.done) }()
+	t.Cleanup(cp.stop)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		select {
+		case <-cp.done:
+			t.Fatalf("harness: control plane exited at start:\n%s", cp.out.String())
+		default:
+		}
+		if cp.Health() != nil {
+			return cp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("harness: control plane not healthy after 15s:\n%s", cp.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Health returns the decoded /health body when it answers 200, else nil.
+func (cp *ControlPlane) Health() map[string]any {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(cp.URL + "/health")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return nil
+	}
+	return body
+}
+
+func (cp *ControlPlane) stop() {
+	if cp.cmd == nil {
+		return
+	}
+	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-cp.done:
+	case <-time.After(5 * time.Second):
+		_ = cp.cmd.Process.Kill()
+		<-cp.done
+	}
+	cp.cmd = nil
+	if cp.t.Failed() {
+		cp.t.Logf("control plane output:\n%s", tail(cp.out.String(), 40))
+	}
+}

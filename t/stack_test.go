@@ -87,6 +87,15 @@ func (s *stack) l2(id string) map[string]float64 {
 	return floats(m)
 }
 
+func (s *stack) l1(cluster string) map[string]float64 {
+	s.t.Helper()
+	m, err := s.rdb.HGetAll(context.Background(), "ratelimit:{"+cluster+"}:l1").Result()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return floats(m)
+}
+
 func (s *stack) stats(id string) map[string]float64 {
 	s.t.Helper()
 	m, err := s.rdb.HGetAll(context.Background(), "ratelimit:{default}:stats:"+id).Result()

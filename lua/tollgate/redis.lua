@@ -137,14 +137,23 @@ function _M.new(opts)
     return self
 end
 
---- Background upkeep of the topology (Sentinel master, cluster slot map); call in init_worker.
+--- Background upkeep of the topology (Sentinel master, cluster slot map): now and then every
+-- `refresh_every` seconds. Call in init_worker.
 function _M.start(self, timeout_ms)
-    if self.sentinel then
-        return self.sentinel:start(timeout_ms)
-    elseif self.cluster then
-        return self.cluster:start()
+    local topo = self.sentinel or self.cluster
+    if not topo then
+        return true
     end
-    return true
+    local function tick(premature)
+        if not premature then
+            topo:tick(timeout_ms)
+        end
+    end
+    local ok, err = ngx.timer.at(0, tick)
+    if ok then
+        ok, err = ngx.timer.every(topo.refresh_every, tick)
+    end
+    return ok, err
 end
 
 --- The connection target of "host:port" (pool named by address, db and credentials).

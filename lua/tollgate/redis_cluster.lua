@@ -134,19 +134,13 @@ function _M.stale(self)
     end
 end
 
---- Every worker: load the map now and refresh it every `refresh_every` seconds.
-function _M.start(self)
-    local function tick(premature)
-        if not premature and not self.refreshing then
-            self.refreshing = true
-            refresh_timer(false, self)
-        end
+--- Periodic upkeep (every `refresh_every` seconds in every worker, see redis.lua start):
+-- reload this worker's map.
+function _M.tick(self)
+    if not self.refreshing then
+        self.refreshing = true
+        refresh_timer(false, self)
     end
-    local ok, err = timer_at(0, tick)
-    if ok then
-        ok, err = ngx.timer.every(self.refresh_every, tick)
-    end
-    return ok, err
 end
 
 --- Master address for key (any master when key is nil), loading the map if there is none.

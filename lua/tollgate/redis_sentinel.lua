@@ -1,8 +1,8 @@
 -- Redis Sentinel: the address of the current master of a named group, asked of the sentinels
 -- with SENTINEL get-master-addr-by-name and kept in a shared dict, so one answer serves every
 -- worker of the node. It is asked again
---   * every `refresh` seconds (one worker per interval): after `SENTINEL FAILOVER` the old master
---     stays a writable master until the sentinels reconfigure it, seconds later;
+--   * every `refresh_every` seconds (1; one worker per interval): after `SENTINEL FAILOVER` the old
+--     master stays writable until the sentinels reconfigure it, seconds later;
 --   * at once after a connection failure or a READONLY reply (single-flight per node);
 --   * synchronously, within the caller's timeout, when no address is known yet.
 -- Sentinels are queried without AUTH (the URL's password is the data nodes' password).
@@ -32,10 +32,10 @@ function _M.new(opts)
         sentinels = opts.sentinels,
         name = opts.master_name,
         dict = opts.dict,
-        refresh = opts.refresh or 1,
+        refresh_every = opts.refresh or 1,
         key = key,
         lock = key .. ":lock",
-        tick = key .. ":tick",
+        tick_key = key .. ":tick",
         first = 1,       -- the sentinel that answered last is asked first
     }, mt)
 end
@@ -117,19 +117,12 @@ function _M.invalidate(self, timeout_ms)
     end
 end
 
---- Every worker: a timer that re-asks the sentinels every `refresh` seconds (one worker does it
--- per interval), and an immediate first resolve.
-function _M.start(self, timeout_ms)
-    local function tick(premature)
-        if not premature and self.dict:add(self.tick, true, self.refresh * 0.9) then
-            resolve_timer(false, self, timeout_ms)
-        end
+--- Periodic upkeep (every `refresh_every` seconds in every worker, see redis.lua start): one
+-- worker of the node per interval asks the sentinels again.
+function _M.tick(self, timeout_ms)
+    if self.dict:add(self.tick_key, true, self.refresh_every * 0.9) then
+        resolve_timer(false, self, timeout_ms)
     end
-    local ok, err = timer_at(0, tick)
-    if ok then
-        ok, err = ngx.timer.every(self.refresh, tick)
-    end
-    return ok, err
 end
 
 return _M

@@ -128,13 +128,7 @@ func (cp *ControlPlane) stop() {
 	if cp.cmd == nil {
 		return
 	}
-	_ = cp.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-cp.done:
-	case <-time.After(5 * time.Second):
-		_ = cp.cmd.Process.Kill()
-		<-cp.done
-	}
+	stopProcess(cp.cmd.Process, cp.done, syscall.SIGTERM, 5*time.Second)
 	cp.cmd = nil
 	if cp.t.Failed() {
 		cp.t.Logf("control plane output:\n%s", tail(cp.out.String(), 40))

@@ -198,27 +198,26 @@ func (g *Gateway) Stop() {
 	if g.cmd == nil {
 		return
 	}
-	_ = g.cmd.Process.Signal(syscall.SIGQUIT)
-	select {
-	case <-g.done:
-	case <-time.After(10 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-	}
+	stopProcess(g.cmd.Process, g.done, syscall.SIGQUIT, 10*time.Second)
 	g.cmd = nil
+}
+
+// stopProcess sends sig, waits up to grace for the process to exit (done closed), then kills it.
+func stopProcess(p *os.Process, done <-chan struct{}, sig os.Signal, grace time.Duration) {
+	_ = p.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-done
+	}
 }
 
 func (g *Gateway) kill() {
 	if g.cmd == nil {
 		return
 	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-g.done:
-	case <-time.After(5 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-	}
+	stopProcess(g.cmd.Process, g.done, syscall.SIGTERM, 5*time.Second)
 	g.cmd = nil
 	if g.t.Failed() {
 		g.t.Logf("nginx error.log of %s:\n%s", g.NodeID, tail(g.ErrorLog(), 60))

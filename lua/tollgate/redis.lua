@@ -103,15 +103,13 @@ function _M.parse_url(url)
 end
 
 --- A client. opts: url, pool_size (50), keepalive_ms (60000), on_result (function(err|nil,
--- unavailable, seconds)), dict (shared dict for the Sentinel master, default ngx.shared.ratelimit),
--- sentinel_refresh (s, 1), cluster_refresh (s, 5).
+-- unavailable, seconds)).
 function _M.new(opts)
     local u, err = _M.parse_url(opts.url)
     if not u then
         return nil, err
     end
     local self = setmetatable({
-        kind = u.kind,
         db = u.db,
         user = u.user,
         password = u.password,
@@ -126,10 +124,9 @@ function _M.new(opts)
         self.fixed = self:target_of(u.hosts[1].host .. ":" .. u.hosts[1].port)
     elseif u.kind == "sentinel" then
         self.sentinel, err = sentinel.new({ lib = redis_lib, sentinels = u.hosts,
-            master_name = u.master_name, dict = opts.dict or ngx.shared.ratelimit,
-            refresh = opts.sentinel_refresh })
+            master_name = u.master_name, dict = ngx.shared.ratelimit })
     else
-        self.cluster = cluster.new(self, u.hosts, opts.cluster_refresh)
+        self.cluster = cluster.new(self, u.hosts)
     end
     if err then
         return nil, err

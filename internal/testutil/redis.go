@@ -47,15 +47,7 @@ func StartRedis(t testing.TB) *Redis {
 // "yes"); they are kept for Restart.
 func StartRedisArgs(t testing.TB, args ...string) *Redis {
 	t.Helper()
-	bin := os.Getenv("TOLLGATE_REDIS_SERVER")
-	if bin == "" {
-		bin = "redis-server"
-	}
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		t.Fatalf("testutil: redis-server not found: %v", err)
-	}
-	r := &Redis{t: t, bin: path, dir: t.TempDir(), args: args}
+	r := &Redis{t: t, bin: serverBin(t), dir: t.TempDir(), args: args}
 	t.Cleanup(r.kill)
 	var lastErr error
 	for i := 0; i < startTries; i++ {
@@ -68,6 +60,20 @@ func StartRedisArgs(t testing.TB, args ...string) *Redis {
 	}
 	t.Fatalf("testutil: start redis-server: %v", lastErr)
 	return nil
+}
+
+// serverBin is $TOLLGATE_REDIS_SERVER, else redis-server from PATH (also run as a sentinel).
+func serverBin(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("TOLLGATE_REDIS_SERVER")
+	if bin == "" {
+		bin = "redis-server"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		t.Fatalf("testutil: redis-server not found: %v", err)
+	}
+	return path
 }
 
 // Addr is host:port of the server.

@@ -363,7 +363,7 @@ func startSentinel(t testing.TB, name string, masterPort int) *Sentinel {
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("redis-server", conf, "--sentinel")
+		cmd := exec.Command(serverBin(t), conf, "--sentinel")
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("testutil: start sentinel: %v", err)
 		}

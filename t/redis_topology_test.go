@@ -309,10 +309,17 @@ func TestReadonlyReplicaFailsOpenAndRecovers(t *testing.T) {
 	conns0 := infoField(t, s.rdb, "stats", "total_connections_received")
 	load := startLoad(t, g, 4, "demo-p1")
 	start := time.Now()
-	// the breaker lets each worker probe every 0.5 s: wait for a few READONLY replies
+	readonlyReplies := func() float64 { return infoField(t, s.rdb, "errorstats", "errorstat_READONLY") }
 	eventually(t, "READONLY replies and requests failing open", func() bool {
-		return infoField(t, s.rdb, "errorstats", "errorstat_READONLY") >= 5 &&
-			g.Metric(`ratelimit_fail_open_total{app_id="demo-p1"}`) > 0
+		return readonlyReplies() > 0 && g.Metric(`ratelimit_fail_open_total{app_id="demo-p1"}`) > 0
+	})
+	// the breaker is open; each worker probes every 0.5 s: wait for two more probes answered
+	// READONLY and a few thousand requests answered meanwhile
+	first, m := readonlyReplies(), load.by["demo-p1"]
+	answered := func() int64 { return m.admitted.Load() + m.rejected.Load() }
+	from := answered()
+	eventually(t, "probes answered READONLY under load", func() bool {
+		return readonlyReplies() >= first+2 && answered()-from >= 2000
 	})
 	res := load.finish()
 	asReplica := time.Since(start)

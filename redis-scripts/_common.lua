@@ -65,7 +65,7 @@ local function tg_load_l2(key)
     local v = redis.call('HMGET', key, 'guaranteed_quota', 'burst_quota', 'current_tokens',
                          'last_refill_us', 'refill_factor', 'factor_until_us', 'factor_after',
                          'priority', 'max_borrow', 'borrowed', 'debt', 'returned_pending',
-                         'enabled')
+                         'enabled', 'outstanding')
     if not v[1] then
         return nil
     end
@@ -81,6 +81,7 @@ local function tg_load_l2(key)
         debt = tonumber(v[11]) or 0,
         pending = tonumber(v[12]) or 0,
         enabled = v[13] ~= '0',
+        outstanding = tonumber(v[14]) or 0,
         paid = 0,
         principal_paid = 0,
     }
@@ -184,7 +185,10 @@ end
 
 -- Refill an L2 bucket up to `now_us` against its cluster's L1 state: the schedule stored at the
 -- last refill holds until the L1 modes last changed, the schedule of the current modes after
--- that. Leaves the current schedule in `b` and returns the L1 state.
+-- that. The cap is the burst (its emergency share in emergency) minus the tokens outstanding on
+-- the nodes (`outstanding` = sum of the leases' held + unreported), so that L2 and the leases
+-- together never hold more than one bucket would. Leaves the current schedule in `b` and
+-- returns the L1 state.
 local function tg_settle(b, l1key, now_us)
     local st = tg_load_l1(l1key, now_us)
     local last = b.last or now_us
@@ -207,6 +211,13 @@ local function tg_settle(b, l1key, now_us)
     local cap = b.burst
     if st.em then
         cap = b.burst * tg_ratio(b.prio) -- in emergency a bucket holds its share of the burst
+    end
+    -- the burst bounds what the app holds in all: L2 plus the leases out on the nodes
+    if b.outstanding > 0 then
+        cap = cap - b.outstanding
+        if cap < 0 then
+            cap = 0
+        end
     end
     tg_refill(b, to, f, cap, l1key)
     return st

@@ -81,6 +81,7 @@ if granted > 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':granted', granted)
     redis.call('HINCRBY', KEYS[2], node .. ':unreported', granted)
     redis.call('HINCRBY', KEYS[1], 'total_granted', granted)
+    redis.call('HINCRBY', KEYS[1], 'outstanding', granted)
 end
 local active = redis.call('ZCOUNT', KEYS[3], now_s - 10, '+inf')
 return { granted, math.floor(b.tokens), math.floor(b.rate * b.factor * 1000), b.burst, reason,

@@ -6,7 +6,8 @@
 --     above the tolerance each node's ledger is corrected — unaccounted tokens return to L2 and
 --     are booked as returned, over-accounted ones are taken from L2 and booked as granted —
 --     and stats.correction_count counts it;
---  3. refill (returned tokens in, debt repaid from what overflows);
+--  3. recount the tokens outstanding on the nodes (sum of held + unreported), then refill
+--     (returned tokens in, debt repaid from what overflows);
 --  4. restart the window: granted -= consumed + returned, consumed = returned = 0 per node, and
 --     the stats period counters move to last_period_*.
 -- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] nodes zset  KEYS[4] stats hash  KEYS[5] l1 hash
@@ -96,7 +97,13 @@ if drift > tol then
     redis.call('HSET', KEYS[4], 'last_correction', imbalance, 'last_correction_at', now_s)
 end
 
--- 3. refill
+-- 3. refill, with the outstanding tokens recounted from the ledger
+local outstanding = 0
+for _, l in pairs(led) do
+    outstanding = outstanding + (l.held or 0) + (l.unreported or 0)
+end
+b.outstanding = outstanding
+redis.call('HSET', KEYS[1], 'outstanding', outstanding)
 tg_settle(b, KEYS[5], now)
 tg_save_l2(KEYS[1], b)
 

@@ -23,7 +23,8 @@ local fail_open = math.floor(tonumber(ARGV[7]) or 0)
 if redis.call('EXISTS', KEYS[1]) == 0 then
     return {0, 0, 'unknown_app'}
 end
-local last = tonumber(redis.call('HGET', KEYS[2], node .. ':seq')) or 0
+local prev = redis.call('HMGET', KEYS[2], node .. ':seq', node .. ':held', node .. ':unreported')
+local last = tonumber(prev[1]) or 0
 if seq <= last then
     return {0, last}
 end
@@ -32,6 +33,11 @@ local now = tg_now_us(ARGV[8])
 local now_s = math.floor(now / 1000000)
 -- held now covers every grant applied before this report: none is unreported any more
 redis.call('HSET', KEYS[2], node .. ':seq', seq, node .. ':held', held, node .. ':unreported', 0)
+-- what the node holds replaces what it held plus what it was granted since
+local out = held - (tonumber(prev[2]) or 0) - (tonumber(prev[3]) or 0)
+if out ~= 0 then
+    redis.call('HINCRBY', KEYS[1], 'outstanding', out)
+end
 redis.call('ZADD', KEYS[4], now_s, node)
 if consumed ~= 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':consumed', consumed)

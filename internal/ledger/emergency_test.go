@@ -29,7 +29,7 @@ func TestProperty6EmergencyRatios(t *testing.T) {
 		g := rapid.Int64Range(1, 1_000_000).Draw(rt, "guaranteed")
 		burst := g * rapid.Int64Range(1, 4).Draw(rt, "burst_factor")
 		f.app(rt, "c", "a", g, burst, prio, burst) // may borrow: emergency must stop P1-P3 doing so
-		f.grant(rt, "c", "a", "n1", 1, 1, now)     // settle the bucket at the explicit clock
+		f.grantUsed(rt, "c", "a", "n1", 1, 1, now) // settle the bucket at the explicit clock
 		dur := rapid.Int64Range(1, 600).Draw(rt, "duration_s")
 		if _, _, err := f.l.ActivateEmergency(f.ctx, "c", Activation{Duration: time.Duration(dur) * time.Second,
 			Reason: "test", Source: "manual", Actor: "t"}, now); err != nil {
@@ -38,7 +38,7 @@ func TestProperty6EmergencyRatios(t *testing.T) {
 		until := (now/1_000_000 + dur) * 1_000_000
 		// first grant in emergency: the bucket holds at most its share of the burst
 		held := f.l2(rt, "c", "a").Tokens
-		res := f.grant(rt, "c", "a", "n1", 10*burst, 1, now)
+		res := f.grantUsed(rt, "c", "a", "n1", 10*burst, 1, now)
 		share := float64(burst) * r
 		if prio == 3 {
 			if res.Granted != 0 || res.Reason != "emergency_blocked" {
@@ -56,7 +56,7 @@ func TestProperty6EmergencyRatios(t *testing.T) {
 		b0 := f.l2(rt, "c", "a")
 		step := rapid.Int64Range(0, until-now-1).Draw(rt, "step_us")
 		now += step
-		res = f.grant(rt, "c", "a", "n1", 10*burst, b0Need(b0, step, g, r, share), now)
+		res = f.grantUsed(rt, "c", "a", "n1", 10*burst, b0Need(b0, step, g, r, share), now)
 		b1 := f.l2(rt, "c", "a")
 		want := math.Min(share, b0.Tokens+float64(step)*r*float64(g)/1e6)
 		switch {
@@ -84,7 +84,7 @@ func TestProperty6EmergencyRatios(t *testing.T) {
 			}
 		}
 		later := end + rapid.Int64Range(0, 5_000_000).Draw(rt, "after_us")
-		res = f.grant(rt, "c", "a", "n1", 10*burst, 1, later)
+		res = f.grantUsed(rt, "c", "a", "n1", 10*burst, 1, later)
 		acc := b0.Tokens + (float64(end-now)*r+float64(later-end)*1)*float64(g)/1e6
 		if prio == 3 {
 			acc = b0.Tokens + float64(later-end)*float64(g)/1e6 // P3 was capped at 0
@@ -120,7 +120,7 @@ func TestOverloadFactor(t *testing.T) {
 		prio := rapid.IntRange(0, 3).Draw(rt, "priority")
 		g := rapid.Int64Range(1, 1_000_000).Draw(rt, "guaranteed")
 		f.app(rt, "c", "a", g, 4*g, prio, 0)
-		f.grant(rt, "c", "a", "n1", 4*g, 1, now) // drain
+		f.grantUsed(rt, "c", "a", "n1", 4*g, 1, now) // drain
 		usage := rapid.Float64Range(0, 1.2).Draw(rt, "usage")
 		factors, err := f.l.SetOverload(f.ctx, "c", usage, 10*time.Second, now)
 		if err != nil {
@@ -137,7 +137,7 @@ func TestOverloadFactor(t *testing.T) {
 		}
 		b0 := f.l2(rt, "c", "a")
 		step := rapid.Int64Range(1, 2_000_000).Draw(rt, "step_us")
-		res := f.grant(rt, "c", "a", "n1", 4*g, 1, now+step)
+		res := f.grantUsed(rt, "c", "a", "n1", 4*g, 1, now+step)
 		u := math.Round(usage*1e6) / 1e6
 		fac := 1.0
 		if prio > 0 && u > 0.9 {

@@ -28,6 +28,7 @@ type fx struct {
 	st    *store.Store
 	ctx   context.Context
 	start int64 // Unix microseconds
+	seq   int64 // of grantUsed's reports
 }
 
 func newFx(t *testing.T) *fx {
@@ -98,6 +99,18 @@ func (f *fx) grant(t fataler, c, a, node string, req, min, now int64) Grant {
 	g, err := f.l.Grant(f.ctx, c, a, node, req, min, now)
 	if err != nil {
 		t.Fatalf("grant %s %d/%d: %v", a, req, min, err)
+	}
+	return g
+}
+
+// grantUsed is a grant whose tokens the node spends at once and reports (held 0), so nothing
+// stays outstanding against the burst.
+func (f *fx) grantUsed(t fataler, c, a, node string, req, min, now int64) Grant {
+	t.Helper()
+	g := f.grant(t, c, a, node, req, min, now)
+	f.seq++
+	if _, err := f.l.Report(f.ctx, c, a, node, Report{Seq: f.seq, Consumed: g.Granted, Requests: 1}, now); err != nil {
+		t.Fatalf("report: %v", err)
 	}
 	return g
 }

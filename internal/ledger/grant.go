@@ -24,12 +24,27 @@ func (l *Ledger) Grant(ctx context.Context, cluster, app, node string, requested
 	if err := checkIDs(cluster, app, node); err != nil {
 		return Grant{}, err
 	}
-	res, err := l.slice(ctx, "l2_grant",
-		[]string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Nodes(cluster, app), keys.L1(cluster)},
-		node, requested, min, nowArg(nowUS))
+	k, args := GrantCall(cluster, app, node, requested, min, nowUS)
+	res, err := l.slice(ctx, "l2_grant", k, args...)
 	if err != nil {
 		return Grant{}, err
 	}
+	g, err := ParseGrant(res)
+	if err == nil && g.Reason == "unknown_app" {
+		err = fmt.Errorf("ledger: grant %s: %w", app, ErrUnknownApp)
+	}
+	return g, err
+}
+
+// GrantCall is the keys and arguments of l2_grant (for callers that pipeline it; ids must be
+// valid).
+func GrantCall(cluster, app, node string, requested, min, nowUS int64) ([]string, []any) {
+	return []string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Nodes(cluster, app), keys.L1(cluster)},
+		[]any{node, requested, min, nowArg(nowUS)}
+}
+
+// ParseGrant reads a reply of l2_grant.
+func ParseGrant(res []any) (Grant, error) {
 	if len(res) < 7 {
 		return Grant{}, fmt.Errorf("ledger: l2_grant reply %v", res)
 	}
@@ -40,12 +55,8 @@ func (l *Ledger) Grant(ctx context.Context, cluster, app, node string, requested
 	reason, _ := res[4].(string)
 	active, _ := res[5].(int64)
 	until, _ := res[6].(int64)
-	g := Grant{Granted: v[0], TokensLeft: v[1], RateMilli: v[2], Burst: v[3], Reason: reason,
-		ActiveNodes: active, EmergencyUntil: until}
-	if reason == "unknown_app" {
-		return g, fmt.Errorf("ledger: grant %s: %w", app, ErrUnknownApp)
-	}
-	return g, nil
+	return Grant{Granted: v[0], TokensLeft: v[1], RateMilli: v[2], Burst: v[3], Reason: reason,
+		ActiveNodes: active, EmergencyUntil: until}, nil
 }
 
 // Report is one consumption report of a node for an app (l3_report).
@@ -63,9 +74,8 @@ func (l *Ledger) Report(ctx context.Context, cluster, app, node string, r Report
 	if err := checkIDs(cluster, app, node); err != nil {
 		return false, err
 	}
-	res, err := l.slice(ctx, "l3_report",
-		[]string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Stats(cluster, app), keys.Nodes(cluster, app)},
-		node, r.Seq, r.Consumed, r.Requests, r.Returned, r.Held, r.FailOpen, nowArg(nowUS))
+	k, args := ReportCall(cluster, app, node, r, nowUS)
+	res, err := l.slice(ctx, "l3_report", k, args...)
 	if err != nil {
 		return false, err
 	}
@@ -77,6 +87,13 @@ func (l *Ledger) Report(ctx context.Context, cluster, app, node string, r Report
 		return false, fmt.Errorf("ledger: report %s: %w", app, ErrUnknownApp)
 	}
 	return v[0] == 1, nil
+}
+
+// ReportCall is the keys and arguments of l3_report (for callers that pipeline it; ids must be
+// valid).
+func ReportCall(cluster, app, node string, r Report, nowUS int64) ([]string, []any) {
+	return []string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Stats(cluster, app), keys.Nodes(cluster, app)},
+		[]any{node, r.Seq, r.Consumed, r.Requests, r.Returned, r.Held, r.FailOpen, nowArg(nowUS)}
 }
 
 // Refill is the reply of l2_refill.

@@ -219,7 +219,14 @@ func TestProperty14DriftCorrection(t *testing.T) {
 				rt.Fatal("correction counted without a correction")
 			}
 		}
-		wantTokens = math.Max(0, math.Min(float64(burst), wantTokens))
+		var outstanding int64
+		for _, l := range after {
+			outstanding += l["held"] + l["unreported"]
+		}
+		if b1.Outstanding != outstanding {
+			rt.Fatalf("outstanding %d, ledger says %d", b1.Outstanding, outstanding)
+		}
+		wantTokens = math.Max(0, math.Min(capOf(b1), wantTokens))
 		if math.Abs(b1.Tokens-wantTokens) > 1e-3 {
 			rt.Fatalf("L2 tokens %.3f -> %.3f, want %.3f (corrected %v, +%d %d)", b0.Tokens, b1.Tokens, wantTokens,
 				res.Corrected, pos, neg)

@@ -35,6 +35,7 @@ type L2 struct {
 	RefillFactor                           float64
 	Borrowed, Debt                         int64
 	ReturnedPending                        int64
+	Outstanding                            int64 // held + unreported on the nodes
 	TotalGranted, TotalReturned            int64
 	TotalBorrowed, TotalInterest           int64
 	TotalRepaid                            int64
@@ -92,7 +93,7 @@ func (l *Ledger) ReadL2(ctx context.Context, cluster, app string) (L2, error) {
 	return L2{Guaranteed: f.int("guaranteed_quota"), Burst: f.int("burst_quota"),
 		Priority: f.int("priority"), MaxBorrow: f.int("max_borrow"), Tokens: f.float("current_tokens"),
 		LastRefillUS: f.int("last_refill_us"), RefillFactor: factor, Borrowed: f.int("borrowed"),
-		Debt: f.int("debt"), ReturnedPending: f.int("returned_pending"),
+		Debt: f.int("debt"), ReturnedPending: f.int("returned_pending"), Outstanding: f.int("outstanding"),
 		TotalGranted: f.int("total_granted"), TotalReturned: f.int("total_returned"),
 		TotalBorrowed: f.int("total_borrowed"), TotalInterest: f.int("total_interest"),
 		TotalRepaid: f.int("total_repaid")}, nil

@@ -21,10 +21,11 @@ func TestIdleAppRepays(t *testing.T) {
 	if err != nil || g.Granted != 4000 {
 		t.Fatalf("grant %+v %v", g, err)
 	}
-	// then ten seconds pass without a grant
+	// the node spends the lease, then ten seconds pass without a grant
+	f.Consume("c", "a", "n1", 4000)
 	f.RDB.HSet(f.Ctx, keys.L2("c", "a"), "last_refill_us", f.RedisNowUS()-10_000_000)
 	l2, _ := f.Ledger.ReadL2(f.Ctx, "c", "a")
-	if l2.Borrowed != 2000 || l2.Debt != 2400 {
+	if l2.Borrowed != 2000 || l2.Debt != 2400 || l2.Outstanding != 0 {
 		t.Fatalf("after borrowing: %+v", l2)
 	}
 	j := debt.New(f.Store, f.Ledger, slog.New(slog.NewTextHandler(io.Discard, nil)))

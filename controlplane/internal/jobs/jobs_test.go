@@ -25,8 +25,8 @@ func (f *failing) Tick(context.Context) error {
 	return errors.New("boom")
 }
 
-// Jobs tick only while the replica leads; failures are counted, not fatal; a job without an
-// interval is left out.
+// Jobs tick only while the replica leads; failures are counted, not fatal (except a tick cut
+// short by the stop); a job without an interval is left out.
 func TestRunnerTicksOnlyWhileLeading(t *testing.T) {
 	l := &switchLeader{}
 	j := &failing{}
@@ -45,7 +45,8 @@ func TestRunnerTicksOnlyWhileLeading(t *testing.T) {
 	cancel()
 	<-done
 	c := r.Counts("failing")
-	if c.Runs != j.n.Load() || c.Errors != c.Runs {
+	// a tick cut short by the stop is not counted as a failure
+	if c.Runs != j.n.Load() || c.Errors < c.Runs-1 || c.Errors > c.Runs {
 		t.Fatalf("counts %+v, ticks %d", c, j.n.Load())
 	}
 }

@@ -1,0 +1,63 @@
+package users
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"tollgate/controlplane/internal/auth"
+	"tollgate/internal/testutil"
+)
+
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	h, err := auth.NewHasher(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(testutil.StartRedis(t).Client(), h, nil)
+}
+
+func TestBootstrapOnlyOnAnEmptyStore(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	created, pw, err := s.Bootstrap(ctx, "admin", "")
+	if err != nil || !created || len(pw) < 20 {
+		t.Fatalf("first bootstrap = %v %q %v, want a generated password", created, pw, err)
+	}
+	u, err := s.Get(ctx, "admin")
+	if err != nil || u.Role != auth.Admin || u.PasswordHash == pw {
+		t.Fatalf("admin = %+v %v", u, err)
+	}
+	if created, pw2, err := s.Bootstrap(ctx, "admin", ""); created || pw2 != "" || err != nil {
+		t.Fatalf("second bootstrap = %v %q %v, want nothing done", created, pw2, err)
+	}
+}
+
+func TestTheLastEnabledAdminStays(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	if _, _, err := s.Bootstrap(ctx, "root", "root-password-123"); err != nil {
+		t.Fatal(err)
+	}
+	op, yes := auth.Operator, true
+	for name, err := range map[string]error{
+		"demote":  func() error { _, err := s.Update(ctx, "root", Patch{Role: &op}); return err }(),
+		"disable": func() error { _, err := s.Update(ctx, "root", Patch{Disabled: &yes}); return err }(),
+		"delete":  s.Delete(ctx, "root"),
+	} {
+		if !errors.Is(err, ErrLastAdmin) {
+			t.Errorf("%s the last admin: %v, want ErrLastAdmin", name, err)
+		}
+	}
+	if _, err := s.Create(ctx, "second", "second-password-1", auth.Admin); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "root"); err != nil {
+		t.Fatalf("delete one of two admins: %v", err)
+	}
+	all, err := s.List(ctx)
+	if err != nil || len(all) != 1 || all[0].Username != "second" {
+		t.Fatalf("list = %+v %v", all, err)
+	}
+}

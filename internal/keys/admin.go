@@ -1,0 +1,32 @@
+package keys
+
+// Keys of the admin API. Only the control plane reads and writes them (the gateways never do),
+// so they are not part of keys.golden, the contract shared with the Lua side. None has a hash
+// tag and no command ever touches two of them at once (they may live in different slots).
+
+const adminPrefix = rlPrefix + "admin:"
+
+// AdminUsers is the hash username -> JSON user record (role, bcrypt hash, state).
+func AdminUsers() string { return adminPrefix + "users" }
+
+// AdminAudit is the audit stream (bounded by XADD MAXLEN ~).
+func AdminAudit() string { return adminPrefix + "audit" }
+
+// AdminSecret is the generated JWT signing secret shared by the control-plane replicas.
+func AdminSecret() string { return adminPrefix + "jwt_secret" }
+
+// AdminSession is a login session (refresh-token family) by its id; deleting it revokes the
+// session's access and refresh tokens.
+func AdminSession(sid string) string { return adminPrefix + "session:" + sid }
+
+// AdminRefresh is one refresh token by the hex SHA-256 of the token (never the token itself).
+func AdminRefresh(tokenHash string) string { return adminPrefix + "refresh:" + tokenHash }
+
+// AdminLoginFailures counts recent login attempts of one account ("user") or one client
+// address ("ip", hex of the address bytes).
+func AdminLoginFailures(kind, id string) string {
+	return adminPrefix + "login:" + kind + ":" + id
+}
+
+// AdminAlerts is the hash alert id -> JSON alert.
+func AdminAlerts() string { return adminPrefix + "alerts" }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tollgate/controlplane/internal/api"
 	"tollgate/controlplane/internal/config"
 	"tollgate/controlplane/internal/redisconn"
 	"tollgate/internal/scripts"
@@ -70,7 +69,11 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	defer stopJobs()
-	handler := api.New(api.Options{Redis: rdb, Scripts: set, Config: st, Logger: log})
+	handler, stopAdmin, err := startAdmin(ctx, log, cfg, rdb, set, st) // admin API (admin.go)
+	if err != nil {
+		return err
+	}
+	defer stopAdmin()
 	return serve(ctx, log, cfg.Addr, handler)
 }
 

@@ -1,4 +1,7 @@
-// Package api is the control plane's HTTP interface: one Gin router, one route table.
+// Package api is the control plane's HTTP interface: one Gin router, one route table (routes.go),
+// one response envelope and one mapping of the error taxonomy to HTTP (errors.go), strict JSON
+// input (decode.go), JWT authentication, roles, per-user rate limits, CORS and audit
+// (middleware.go), and the handlers of /api/v1 grouped by resource.
 package api
 
 import (
@@ -9,12 +12,18 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
+
+	"tollgate/controlplane/internal/audit"
+	"tollgate/controlplane/internal/auth"
+	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/users"
+	"tollgate/internal/ledger"
 )
 
 // DefaultHealthTimeout is how long /health waits for Redis to answer.
 const DefaultHealthTimeout = 500 * time.Millisecond
 
-// Redis is what the API needs of the Redis client.
+// Redis is what /health needs of the Redis client.
 type Redis interface {
 	redis.Scripter
 	Ping(ctx context.Context) *redis.StatusCmd
@@ -30,21 +39,43 @@ type ConfigVersions interface {
 	ConfigVersion(ctx context.Context) (int64, error)
 }
 
-// Options are the dependencies of the router.
+// Ledger reads L1 state and emergency history (implemented by *ledger.Ledger).
+type Ledger interface {
+	ReadL1(ctx context.Context, cluster string) (ledger.L1, error)
+	EmergencyHistory(ctx context.Context, cluster string, n int64) ([]ledger.EmergencyEvent, error)
+}
+
+// Options are the dependencies and settings of the router.
 type Options struct {
 	Redis         Redis
 	Scripts       Scripts
 	Config        ConfigVersions
 	Logger        *slog.Logger
 	HealthTimeout time.Duration // default DefaultHealthTimeout
+
+	AuthRedis    redis.Cmdable // sessions and users, read together on every request
+	Tokens       *auth.Tokens
+	Sessions     *auth.Sessions
+	Throttle     *auth.Throttle
+	Limiter      *auth.Limiter
+	Hasher       *auth.Hasher
+	Users        *users.Store
+	Audit        *audit.Log
+	Changes      *changes.Service
+	Ledger       Ledger
+	Live         Live
+	Metrics      Metrics
+	CORSOrigins  []string // exact browser origins allowed (CORS and WebSocket)
+	MetricsToken string   // static bearer token accepted by GET /metrics (optional)
+	MaxBody      int64    // default DefaultMaxBody
 }
 
 type server struct {
-	opts Options
+	opts    Options
+	origins map[string]bool
 }
 
-// New returns the router: release mode, panic recovery, no proxy headers trusted, no CORS
-// headers at all (a dashboard origin allowlist comes with the dashboard).
+// New returns the router: release mode, panic recovery, no proxy headers trusted.
 func New(o Options) *gin.Engine {
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = DefaultHealthTimeout
@@ -52,20 +83,29 @@ func New(o Options) *gin.Engine {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
 	if gin.Mode() != gin.ReleaseMode {
 		gin.SetMode(gin.ReleaseMode)
 	}
+	s := &server{opts: o, origins: map[string]bool{}}
+	for _, origin := range o.CORSOrigins {
+		s.origins[origin] = true
+	}
 	r := gin.New()
-	r.Use(gin.Recovery())
+	r.HandleMethodNotAllowed = true
 	_ = r.SetTrustedProxies(nil) // nil never fails: trust no X-Forwarded-For
-	routes(r, &server{opts: o})
-	return r
-}
-
-// routes is the one route table of the control plane.
-func routes(r *gin.Engine, s *server) {
-	r.GET("/health", s.health)
-	r.NoRoute(func(c *gin.Context) {
-		c.JSON(http.StatusNotFound, gin.H{"error": "not_found"})
+	r.Use(s.recover, s.requestID, s.securityHeaders, s.cors, s.observe)
+	for _, rt := range s.table() {
+		r.Handle(rt.method, rt.path, s.chain(rt)...)
+	}
+	r.NoRoute(func(c *gin.Context) { s.fail(c, errNotFound()) })
+	r.NoMethod(func(c *gin.Context) {
+		s.fail(c, apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed here"))
 	})
+	return r
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -14,35 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"tollgate/internal/scripts"
 	"tollgate/internal/seed"
-	"tollgate/internal/store"
-	"tollgate/internal/testutil"
 )
-
-type fixture struct {
-	redis   *testutil.Redis
-	rdb     *redis.Client
-	set     *scripts.Set
-	store   *store.Store
-	handler http.Handler
-}
-
-func newFixture(t *testing.T) *fixture {
-	t.Helper()
-	set, err := scripts.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := testutil.StartRedis(t)
-	f := &fixture{redis: r, rdb: r.Client(), set: set}
-	f.store = store.New(f.rdb, set)
-	f.handler = New(Options{Redis: f.rdb, Scripts: set, Config: f.store,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	return f
-}
 
 func (f *fixture) get(t *testing.T, path string) (int, map[string]any) {
 	t.Helper()
@@ -183,7 +155,7 @@ func (redisError) RedisError()     {}
 func TestUnknownRouteIs404JSON(t *testing.T) {
 	f := newFixture(t)
 	code, body := f.get(t, "/nope")
-	if code != 404 || body["error"] != "not_found" {
+	if e, _ := body["error"].(map[string]any); code != 404 || e["code"] != "not_found" {
 		t.Fatalf("GET /nope = %d %v", code, body)
 	}
 }

@@ -33,6 +33,7 @@ type Config struct {
 	RedisURL string // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
 	SeedDemo bool   // seed the demo config into an empty Redis
 	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
+	Admin    Admin  // admin API: auth, CORS, limits, audit (admin.go)
 
 	redis redisconn.Target
 }
@@ -56,6 +57,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	jobs, jerrs := jobsFromEnv(getenv)
 	c.Jobs = jobs
 	errs = append(errs, jerrs...)
+	admin, aerrs := adminFromEnv(getenv)
+	c.Admin = admin
+	errs = append(errs, aerrs...)
 	errs = append(errs, c.validate()...)
 	return c, errors.Join(errs...)
 }
@@ -94,6 +98,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("redis_url", c.redisURLForLog()),
 		slog.Bool("seed_demo", c.SeedDemo),
 		slog.Any("jobs", c.Jobs),
+		slog.Any("admin", c.Admin),
 	)
 }
 

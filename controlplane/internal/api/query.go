@@ -1,0 +1,71 @@
+package api
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"tollgate/internal/keys"
+)
+
+// queryInt reads an optional integer query parameter within [min, max].
+func queryInt(c *gin.Context, name string, def, min, max int) (int, error) {
+	v, present := c.GetQuery(name)
+	if !present {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		return 0, errBadRequest("invalid_query", name+" must be an integer from "+strconv.Itoa(min)+" to "+strconv.Itoa(max))
+	}
+	return n, nil
+}
+
+// queryBool reads an optional boolean query parameter: true/false/1/0.
+func queryBool(c *gin.Context, name string) (*bool, error) {
+	v, present := c.GetQuery(name)
+	if !present {
+		return nil, nil
+	}
+	switch strings.ToLower(v) {
+	case "true", "1":
+		b := true
+		return &b, nil
+	case "false", "0":
+		b := false
+		return &b, nil
+	}
+	return nil, errBadRequest("invalid_query", name+" must be true or false")
+}
+
+// dryRun reads ?dry_run=.
+func dryRun(c *gin.Context) (bool, error) {
+	b, err := queryBool(c, "dry_run")
+	if err != nil || b == nil {
+		return false, err
+	}
+	return *b, nil
+}
+
+// queryID reads an optional id query parameter (empty when absent).
+func queryID(c *gin.Context, name string) (string, error) {
+	v, present := c.GetQuery(name)
+	if !present || v == "" {
+		return "", nil
+	}
+	if !keys.ValidID(v) {
+		return "", errBadRequest("invalid_query", name+" must match ^[A-Za-z0-9_-]{1,128}$")
+	}
+	return v, nil
+}
+
+// queryRange reads ?range= of the dashboard (1h, 6h, 24h, 7d; default 1h).
+func queryRange(c *gin.Context) (string, error) {
+	v := c.DefaultQuery("range", "1h")
+	switch v {
+	case "1h", "6h", "24h", "7d":
+		return v, nil
+	}
+	return "", errBadRequest("invalid_query", "range must be 1h, 6h, 24h or 7d")
+}

@@ -1,0 +1,145 @@
+// Package changes is the write path of the admin API (DESIGN §8): every config change is
+// validated by the token-economy validator (or, for cluster connection limits, by the same kind
+// of field rules), answered with the validation result and a field-level diff when it is a dry
+// run, else written atomically per key with a config version bump announced on
+// ratelimit:config:update, and audited.
+package changes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/controlplane/internal/audit"
+	"tollgate/controlplane/internal/validate"
+	"tollgate/internal/ledger"
+	"tollgate/internal/store"
+)
+
+// Errors of the write path (the API maps them to HTTP statuses).
+var (
+	ErrExists   = errors.New("already exists")
+	ErrNotFound = errors.New("not found")
+)
+
+// InvalidError: the change failed validation; nothing was written.
+type InvalidError struct{ Result validate.Result }
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("config validation failed (%d violations)", len(e.Result.Violations))
+}
+
+// Store is the config store (implemented by *store.Store).
+type Store interface {
+	GetApp(ctx context.Context, id string) (store.App, error)
+	PutApp(ctx context.Context, a store.App) (store.Allocation, error)
+	GetCluster(ctx context.Context, id string) (store.Cluster, error)
+	PutCluster(ctx context.Context, c store.Cluster) (store.Allocation, error)
+	ListApps(ctx context.Context) ([]store.App, error)
+	ListClusters(ctx context.Context) ([]string, error)
+	ClusterApps(ctx context.Context, cluster string) ([]string, error)
+	ConfigVersion(ctx context.Context) (int64, error)
+	Bump(ctx context.Context, write func(context.Context) error) (int64, error)
+}
+
+// Validator validates changes (implemented by *validate.Validator).
+type Validator interface {
+	Validate(ctx context.Context, actor string, ch validate.Change, dryRun bool) (validate.Result, error)
+}
+
+// Reconciler restores a cluster's L1 allocation from its L2 buckets (*ledger.Ledger).
+type Reconciler interface {
+	ReconcileCluster(ctx context.Context, cluster string, apps []string) (ledger.ClusterReconcile, error)
+}
+
+// Emergency switches a cluster's emergency mode (*emergency.Manager).
+type Emergency interface {
+	Activate(ctx context.Context, cluster string, d time.Duration, reason, source, actor string) (time.Time, error)
+	Deactivate(ctx context.Context, cluster, reason, source, actor string) (bool, error)
+}
+
+// Auditor records changes and validation attempts (*audit.Log).
+type Auditor interface {
+	Record(ctx context.Context, e audit.Entry) error
+	ValidationAttempt(ctx context.Context, a validate.Attempt)
+}
+
+// Options are the dependencies of the service.
+type Options struct {
+	Store     Store
+	Validator Validator
+	Ledger    Reconciler
+	Emergency Emergency
+	Audit     Auditor
+	Redis     redis.Cmdable // connection-limit hashes
+	Logger    *slog.Logger
+}
+
+// Service is the write path.
+type Service struct{ o Options }
+
+// New returns the service.
+func New(o Options) *Service {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Service{o: o}
+}
+
+// Outcome of a change: the validation result (with the diff), and for a written change the new
+// config version.
+type Outcome struct {
+	Validation validate.Result `json:"validation"`
+	Version    int64           `json:"config_version,omitempty"`
+	Written    bool            `json:"written"`
+}
+
+// record audits a write (or its failure) with the diff and the version.
+func (s *Service) record(ctx context.Context, actor, action, resource string, out Outcome, err error) {
+	outcome := audit.OK
+	if err != nil {
+		outcome = audit.Failed
+	}
+	d := map[string]any{"diff": out.Validation.Diff, "config_version": out.Version}
+	if err != nil {
+		d["error"] = errorCode(err)
+	}
+	_ = s.o.Audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Resource: resource,
+		Outcome: outcome, Details: audit.Details(d)})
+}
+
+// errorCode is a fixed word for an error in the audit log (never the raw message).
+func errorCode(err error) string {
+	var fe *store.FieldError
+	switch {
+	case errors.As(err, &fe):
+		return fe.Code
+	case errors.Is(err, store.ErrOverAllocation):
+		return "over_allocation"
+	case errors.Is(err, store.ErrUnknownCluster):
+		return "unknown_cluster"
+	case errors.Is(err, store.ErrClusterChange):
+		return "cluster_change"
+	case errors.Is(err, ErrExists):
+		return "exists"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	}
+	return "write_failed"
+}
+
+// validated runs the validator and turns a rejection into *InvalidError.
+func (s *Service) validated(ctx context.Context, actor string, ch validate.Change, dryRun bool) (validate.Result, error) {
+	res, err := s.o.Validator.Validate(ctx, actor, ch, dryRun)
+	if err != nil {
+		return res, err
+	}
+	if !res.Valid {
+		return res, &InvalidError{Result: res}
+	}
+	return res, nil
+}

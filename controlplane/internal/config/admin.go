@@ -1,0 +1,194 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"tollgate/internal/keys"
+)
+
+// Environment variables of the admin API (README "Admin API").
+const (
+	EnvAdminUser     = "TOLLGATE_ADMIN_USER"     // first admin account (admin)
+	EnvAdminPassword = "TOLLGATE_ADMIN_PASSWORD" // its password on first run (generated if unset)
+	EnvJWTSecret     = "TOLLGATE_JWT_SECRET"     // HS256 key, >= 32 bytes (generated, kept in Redis)
+	EnvAccessTTL     = "TOLLGATE_ACCESS_TTL"     // access token lifetime (15m)
+	EnvRefreshTTL    = "TOLLGATE_REFRESH_TTL"    // session / refresh token lifetime (12h)
+	EnvCORSOrigins   = "TOLLGATE_CORS_ORIGINS"   // comma list of allowed browser origins (none)
+	EnvMetricsToken  = "TOLLGATE_METRICS_TOKEN"  // static bearer token for /metrics scrapes (none)
+	EnvAPIRate       = "TOLLGATE_API_RATE"       // per-user requests per second (20)
+	EnvAPIBurst      = "TOLLGATE_API_BURST"      // per-user burst (40)
+	EnvAuditMaxLen   = "TOLLGATE_AUDIT_MAXLEN"   // audit stream retention in entries (100000)
+	EnvLiveInterval  = "TOLLGATE_LIVE_INTERVAL"  // cluster view refresh and WebSocket push (5s)
+	EnvLoginMaxUser  = "TOLLGATE_LOGIN_MAX_USER" // login attempts per account per window (5)
+	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"   // failed logins per client address per window (20)
+	EnvLoginWindow   = "TOLLGATE_LOGIN_WINDOW"   // login limit window (15m)
+)
+
+// Admin configures the admin API.
+type Admin struct {
+	User          string
+	Password      string // empty: generated and printed on first run
+	JWTSecret     []byte // empty: generated once and kept in Redis
+	AccessTTL     time.Duration
+	RefreshTTL    time.Duration
+	CORSOrigins   []string
+	MetricsToken  string
+	APIRate       float64
+	APIBurst      int
+	AuditMaxLen   int64
+	LiveInterval  time.Duration
+	LoginMaxUser  int
+	LoginMaxIP    int
+	LoginWindow   time.Duration
+	MinSecretSize int
+}
+
+// DefaultAdmin are the admin API settings without environment overrides.
+func DefaultAdmin() Admin {
+	return Admin{User: "admin", AccessTTL: 15 * time.Minute, RefreshTTL: 12 * time.Hour,
+		APIRate: 20, APIBurst: 40, AuditMaxLen: 100000, LiveInterval: 5 * time.Second,
+		LoginMaxUser: 5, LoginMaxIP: 20, LoginWindow: 15 * time.Minute, MinSecretSize: 32}
+}
+
+// adminFromEnv reads the admin settings over the defaults and returns every error.
+func adminFromEnv(getenv func(string) string) (Admin, []error) {
+	a := DefaultAdmin()
+	var errs []error
+	if v := strings.TrimSpace(getenv(EnvAdminUser)); v != "" {
+		if !keys.ValidID(v) {
+			errs = append(errs, fmt.Errorf("%s=%q: want ^[A-Za-z0-9_-]{1,128}$", EnvAdminUser, v))
+		}
+		a.User = v
+	}
+	a.Password = getenv(EnvAdminPassword)
+	if a.Password != "" && (len(a.Password) < 12 || len(a.Password) > 72) {
+		errs = append(errs, fmt.Errorf("%s: want 12 to 72 bytes", EnvAdminPassword))
+	}
+	if s := getenv(EnvJWTSecret); s != "" {
+		if len(s) < a.MinSecretSize {
+			errs = append(errs, fmt.Errorf("%s: want at least %d bytes", EnvJWTSecret, a.MinSecretSize))
+		}
+		a.JWTSecret = []byte(s)
+	}
+	a.MetricsToken = getenv(EnvMetricsToken)
+	if a.MetricsToken != "" && len(a.MetricsToken) < 32 {
+		errs = append(errs, fmt.Errorf("%s: want at least 32 bytes", EnvMetricsToken))
+	}
+	origins, oerrs := parseOrigins(getenv(EnvCORSOrigins))
+	a.CORSOrigins, errs = origins, append(errs, oerrs...)
+	errs = append(errs, adminDurations(getenv, &a)...)
+	errs = append(errs, adminNumbers(getenv, &a)...)
+	return a, errs
+}
+
+func adminDurations(getenv func(string) string, a *Admin) []error {
+	var errs []error
+	for _, d := range []struct {
+		name     string
+		dst      *time.Duration
+		min, max time.Duration
+	}{
+		{EnvAccessTTL, &a.AccessTTL, time.Minute, time.Hour},
+		{EnvRefreshTTL, &a.RefreshTTL, 5 * time.Minute, 30 * 24 * time.Hour},
+		{EnvLiveInterval, &a.LiveInterval, 100 * time.Millisecond, 5 * time.Second},
+		{EnvLoginWindow, &a.LoginWindow, time.Second, 24 * time.Hour},
+	} {
+		v := strings.TrimSpace(getenv(d.name))
+		if v == "" {
+			continue
+		}
+		p, err := time.ParseDuration(v)
+		if err != nil || p < d.min || p > d.max {
+			errs = append(errs, fmt.Errorf("%s=%q: want a duration from %s to %s", d.name, v, d.min, d.max))
+			continue
+		}
+		*d.dst = p
+	}
+	return errs
+}
+
+func adminNumbers(getenv func(string) string, a *Admin) []error {
+	var errs []error
+	if v := strings.TrimSpace(getenv(EnvAPIRate)); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0.1 && f <= 1e6) {
+			errs = append(errs, fmt.Errorf("%s=%q: want 0.1 to 1e6", EnvAPIRate, v))
+		} else {
+			a.APIRate = f
+		}
+	}
+	for _, n := range []struct {
+		name     string
+		dst      *int
+		min, max int
+	}{
+		{EnvAPIBurst, &a.APIBurst, 1, 1000000},
+		{EnvLoginMaxUser, &a.LoginMaxUser, 1, 1000},
+		{EnvLoginMaxIP, &a.LoginMaxIP, 1, 100000},
+	} {
+		if v := strings.TrimSpace(getenv(n.name)); v != "" {
+			i, err := strconv.Atoi(v)
+			if err != nil || i < n.min || i > n.max {
+				errs = append(errs, fmt.Errorf("%s=%q: want %d to %d", n.name, v, n.min, n.max))
+				continue
+			}
+			*n.dst = i
+		}
+	}
+	if v := strings.TrimSpace(getenv(EnvAuditMaxLen)); v != "" {
+		i, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || i < 1000 || i > 100000000 {
+			errs = append(errs, fmt.Errorf("%s=%q: want 1000 to 100000000", EnvAuditMaxLen, v))
+		} else {
+			a.AuditMaxLen = i
+		}
+	}
+	return errs
+}
+
+// parseOrigins reads a comma list of exact origins (scheme://host[:port], no path, no "*").
+func parseOrigins(v string) ([]string, []error) {
+	var out []string
+	var errs []error
+	for _, o := range strings.Split(v, ",") {
+		o = strings.TrimSpace(o)
+		if o == "" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil || strings.Contains(o, "*") {
+			errs = append(errs, fmt.Errorf("%s: %q is not an origin like https://console.example.com", EnvCORSOrigins, o))
+			continue
+		}
+		out = append(out, u.Scheme+"://"+strings.ToLower(u.Host))
+	}
+	return out, errs
+}
+
+// LogValue prints the admin settings without secrets.
+func (a Admin) LogValue() slog.Value {
+	set := func(b bool) string {
+		if b {
+			return "set"
+		}
+		return "unset"
+	}
+	return slog.GroupValue(
+		slog.String("user", a.User),
+		slog.String("password", set(a.Password != "")),
+		slog.String("jwt_secret", set(len(a.JWTSecret) > 0)),
+		slog.String("metrics_token", set(a.MetricsToken != "")),
+		slog.Duration("access_ttl", a.AccessTTL), slog.Duration("refresh_ttl", a.RefreshTTL),
+		slog.Any("cors_origins", a.CORSOrigins),
+		slog.Float64("api_rate", a.APIRate), slog.Int("api_burst", a.APIBurst),
+		slog.Int64("audit_maxlen", a.AuditMaxLen), slog.Duration("live_interval", a.LiveInterval),
+		slog.Int("login_max_user", a.LoginMaxUser), slog.Int("login_max_ip", a.LoginMaxIP),
+		slog.Duration("login_window", a.LoginWindow),
+	)
+}

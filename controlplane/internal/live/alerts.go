@@ -1,0 +1,215 @@
+package live
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/internal/keys"
+)
+
+// Alert thresholds.
+const (
+	DriftAlert        = 0.05 // DESIGN §3: drift bar
+	RedisSlowAlert    = 100 * time.Millisecond
+	resolvedRetention = 24 * time.Hour
+)
+
+// ErrAlertNotFound: no alert with that id.
+var ErrAlertNotFound = errors.New("alert not found")
+
+// Alert is one condition worth an operator's attention (seed 000's alerts model, plus the
+// kind, the resource and its life cycle).
+type Alert struct {
+	ID             string `json:"id"`
+	Kind           string `json:"kind"`
+	Resource       string `json:"resource"`
+	Severity       string `json:"severity"` // info, warning, critical
+	Message        string `json:"message"`
+	Timestamp      int64  `json:"timestamp"` // raised, Unix seconds
+	Acknowledged   bool   `json:"acknowledged"`
+	AcknowledgedBy string `json:"acknowledged_by,omitempty"`
+	Active         bool   `json:"active"`
+	ResolvedAt     int64  `json:"resolved_at,omitempty"`
+}
+
+func alertID(kind, resource string) string {
+	id := kind + "-" + resource
+	if len(id) > 128 {
+		sum := sha256.Sum256([]byte(resource))
+		id = kind + "-" + hex.EncodeToString(sum[:16])
+	}
+	return id
+}
+
+func cond(kind, resource, severity, format string, args ...any) Alert {
+	return Alert{ID: alertID(kind, resource), Kind: kind, Resource: resource, Severity: severity,
+		Message: fmt.Sprintf(format, args...), Active: true}
+}
+
+// evaluate lists the conditions that hold in s (prev, if any, is the snapshot before).
+func evaluate(s, prev *Snapshot) []Alert {
+	var out []Alert
+	for _, c := range s.Clusters {
+		if c.Emergency {
+			out = append(out, cond("emergency", c.ID, "critical", "emergency mode on cluster %s until %s: %s",
+				c.ID, time.Unix(c.EmergencyUntil, 0).UTC().Format(time.RFC3339), c.EmergencyReason))
+		}
+		if reserve := int64(c.ReservedRatio * float64(c.Capacity)); c.Capacity > 0 && c.Available <= reserve {
+			out = append(out, cond("l1_exhausted", c.ID, "warning",
+				"cluster %s: nothing left to borrow (available %d, reserve %d)", c.ID, c.Available, reserve))
+		}
+	}
+	for _, n := range s.Nodes {
+		if n.Stale {
+			out = append(out, cond("node_stale", n.NodeID, "warning", "gateway %s has not reported since %s",
+				n.NodeID, time.Unix(n.LastSeen, 0).UTC().Format(time.RFC3339)))
+			continue
+		}
+		if n.DegradationLevel != nil && *n.DegradationLevel > 0 {
+			sev := "warning"
+			if *n.DegradationLevel == 3 {
+				sev = "critical"
+			}
+			out = append(out, cond("node_degraded", n.NodeID, sev, "gateway %s at degradation level %d",
+				n.NodeID, *n.DegradationLevel))
+		}
+	}
+	prevApps := map[string]AppState{}
+	if prev != nil {
+		for _, a := range prev.Apps {
+			prevApps[a.ID] = a
+		}
+	}
+	for _, a := range s.Apps {
+		if d := float64(a.DriftPPM) / 1e6; d > DriftAlert {
+			out = append(out, cond("drift_high", a.ID, "warning", "app %s: lease drift %.1f%% above %.0f%%",
+				a.ID, d*100, DriftAlert*100))
+		}
+		if p, ok := prevApps[a.ID]; ok && a.ConnRejected > p.ConnRejected {
+			out = append(out, cond("connections_rejected", a.ID, "info", "app %s: %d connections rejected lately",
+				a.ID, a.ConnRejected-p.ConnRejected))
+		}
+	}
+	if s.RedisLatency > RedisSlowAlert {
+		out = append(out, cond("redis_slow", "controlplane", "warning", "Redis answered the control plane in %s",
+			s.RedisLatency.Round(time.Millisecond)))
+	}
+	return out
+}
+
+// alertStore keeps alerts in the hash ratelimit:admin:alerts, shared by the replicas.
+type alertStore struct{ rdb redis.Cmdable }
+
+func (a alertStore) all(ctx context.Context) (map[string]Alert, error) {
+	m, err := a.rdb.HGetAll(ctx, keys.AdminAlerts()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("live: alerts: %w", err)
+	}
+	out := make(map[string]Alert, len(m))
+	for id, doc := range m {
+		var al Alert
+		if json.Unmarshal([]byte(doc), &al) == nil && al.ID == id {
+			out[id] = al
+		}
+	}
+	return out, nil
+}
+
+// sync stores the current conditions and returns the alerts that changed state (raised or
+// resolved).
+func (a alertStore) sync(ctx context.Context, now time.Time, conds []Alert) ([]Alert, error) {
+	cur, err := a.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	write := map[string]any{}
+	var changed []Alert
+	active := map[string]bool{}
+	for _, c := range conds {
+		active[c.ID] = true
+		old, ok := cur[c.ID]
+		switch {
+		case ok && old.Active && old.Message == c.Message && old.Severity == c.Severity:
+			continue
+		case ok && old.Active: // same condition, new details: keep when raised and the ack
+			c.Timestamp, c.Acknowledged, c.AcknowledgedBy = old.Timestamp, old.Acknowledged, old.AcknowledgedBy
+		default:
+			c.Timestamp = now.Unix()
+			changed = append(changed, c)
+		}
+		write[c.ID] = mustJSON(c)
+	}
+	var prune []string
+	for id, old := range cur {
+		switch {
+		case old.Active && !active[id]:
+			old.Active, old.ResolvedAt = false, now.Unix()
+			write[id] = mustJSON(old)
+			changed = append(changed, old)
+		case !old.Active && !active[id] && now.Sub(time.Unix(old.ResolvedAt, 0)) > resolvedRetention:
+			prune = append(prune, id)
+		}
+	}
+	if len(write) > 0 {
+		if err := a.rdb.HSet(ctx, keys.AdminAlerts(), write).Err(); err != nil {
+			return nil, fmt.Errorf("live: store alerts: %w", err)
+		}
+	}
+	if len(prune) > 0 {
+		_ = a.rdb.HDel(ctx, keys.AdminAlerts(), prune...).Err()
+	}
+	return changed, nil
+}
+
+// list returns alerts newest first; activeOnly drops the resolved ones.
+func (a alertStore) list(ctx context.Context, activeOnly bool) ([]Alert, error) {
+	cur, err := a.all(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Alert{}
+	for _, al := range cur {
+		if al.Active || !activeOnly {
+			out = append(out, al)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Timestamp != out[j].Timestamp {
+			return out[i].Timestamp > out[j].Timestamp
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+func (a alertStore) ack(ctx context.Context, id, actor string) (Alert, error) {
+	doc, err := a.rdb.HGet(ctx, keys.AdminAlerts(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return Alert{}, ErrAlertNotFound
+	}
+	if err != nil {
+		return Alert{}, fmt.Errorf("live: ack alert: %w", err)
+	}
+	var al Alert
+	if json.Unmarshal([]byte(doc), &al) != nil {
+		return Alert{}, ErrAlertNotFound
+	}
+	al.Acknowledged, al.AcknowledgedBy = true, actor
+	if err := a.rdb.HSet(ctx, keys.AdminAlerts(), id, mustJSON(al)).Err(); err != nil {
+		return Alert{}, fmt.Errorf("live: ack alert: %w", err)
+	}
+	return al, nil
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,219 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/internal/keys"
+	"tollgate/internal/ledger"
+	"tollgate/internal/store"
+)
+
+// Catalog lists the config (implemented by *store.Store).
+type Catalog interface {
+	ListApps(ctx context.Context) ([]store.App, error)
+	ListClusters(ctx context.Context) ([]string, error)
+	ConfigVersion(ctx context.Context) (int64, error)
+}
+
+// L1Reader reads a cluster's L1 hash (implemented by *ledger.Ledger).
+type L1Reader interface {
+	ReadL1(ctx context.Context, cluster string) (ledger.L1, error)
+}
+
+const scanCount = 200
+
+// collector reads one snapshot from Redis: a handful of round trips whatever the number of
+// apps (one pipeline per stage), HSCAN for the registry, never KEYS.
+type collector struct {
+	rdb      redis.UniversalClient
+	cat      Catalog
+	l1       L1Reader
+	poolSize int
+}
+
+func newCollector(rdb redis.UniversalClient, cat Catalog, l1 L1Reader, poolSize int) *collector {
+	if poolSize <= 0 {
+		poolSize = 10 * runtime.GOMAXPROCS(0) // go-redis' default
+	}
+	return &collector{rdb: rdb, cat: cat, l1: l1, poolSize: poolSize}
+}
+
+func (c *collector) collect(ctx context.Context, now time.Time) (*Snapshot, error) {
+	start := time.Now()
+	if err := c.rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("live: ping: %w", err)
+	}
+	snap := &Snapshot{At: now, RedisLatency: time.Since(start)}
+	if ps := c.rdb.PoolStats(); ps != nil {
+		snap.PoolUsage = float64(ps.TotalConns-ps.IdleConns) / float64(c.poolSize)
+	}
+	var err error
+	if snap.ConfigVersion, err = c.cat.ConfigVersion(ctx); err != nil {
+		return nil, err
+	}
+	if snap.Nodes, err = c.nodes(ctx, now, snap.ConfigVersion); err != nil {
+		return nil, err
+	}
+	apps, err := c.cat.ListApps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if snap.Apps, err = c.apps(ctx, apps, snap.Nodes); err != nil {
+		return nil, err
+	}
+	if snap.Clusters, err = c.clusters(ctx, snap.Apps); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+func (c *collector) nodes(ctx context.Context, now time.Time, version int64) ([]Node, error) {
+	out := []Node{}
+	seen := map[string]bool{}
+	var cursor uint64
+	for {
+		kv, next, err := c.rdb.HScan(ctx, keys.Gateways(), cursor, "", scanCount).Result()
+		if err != nil {
+			return nil, fmt.Errorf("live: gateways: %w", err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if n, ok := parseNode(kv[i], kv[i+1], now, version, keys.ValidID); ok && !seen[n.NodeID] {
+				seen[n.NodeID] = true
+				out = append(out, n)
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+type appCmds struct {
+	stats  *redis.SliceCmd
+	l2     *redis.SliceCmd
+	leases *redis.MapStringStringCmd
+	nodes  *redis.StringSliceCmd
+}
+
+func (c *collector) apps(ctx context.Context, apps []store.App, nodes []Node) ([]AppState, error) {
+	cmds := make([]appCmds, len(apps))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, a := range apps {
+			cmds[i] = appCmds{
+				stats: p.HMGet(ctx, keys.Stats(a.ClusterID, a.AppID), "total_requests", "total_consumed",
+					"correction_count", "last_drift_ppm"),
+				l2:     p.HMGet(ctx, keys.L2(a.ClusterID, a.AppID), "current_tokens", "borrowed", "debt"),
+				leases: p.HGetAll(ctx, keys.Leases(a.ClusterID, a.AppID)),
+				nodes:  p.ZRange(ctx, keys.Nodes(a.ClusterID, a.AppID), 0, -1),
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("live: app state: %w", err)
+	}
+	out := make([]AppState, len(apps))
+	reporters := make([][]string, len(apps))
+	for i, a := range apps {
+		st, l2 := cmds[i].stats.Val(), cmds[i].l2.Val()
+		s := AppState{ID: a.AppID, Cluster: a.ClusterID, Priority: a.Priority, Enabled: a.Enabled,
+			Burst: a.BurstQuota, Guaranteed: a.GuaranteedQuota}
+		if len(st) == 4 && len(l2) == 3 {
+			s.Requests, s.Cost, s.Corrections, s.DriftPPM = num(st[0]), num(st[1]), num(st[2]), num(st[3])
+			s.L2Tokens, s.Borrowed, s.Debt = fnum(l2[0]), num(l2[1]), num(l2[2])
+		}
+		s.L3Held, s.ActiveNodes = leaseHeld(cmds[i].leases.Val())
+		reporters[i] = cmds[i].nodes.Val()
+		out[i] = s
+	}
+	return out, c.connections(ctx, out, reporters, nodes)
+}
+
+// connections sums the connection statistics every node reported per app (Req 19.7).
+func (c *collector) connections(ctx context.Context, apps []AppState, reporters [][]string, nodes []Node) error {
+	type ref struct {
+		app int
+		cmd *redis.SliceCmd
+	}
+	var refs []ref
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, a := range apps {
+			ids := map[string]bool{}
+			for _, n := range nodes {
+				ids[n.NodeID] = true
+			}
+			for _, n := range reporters[i] {
+				if keys.ValidID(n) {
+					ids[n] = true
+				}
+			}
+			for n := range ids {
+				refs = append(refs, ref{i, p.HMGet(ctx, keys.ConnNodeStats(a.Cluster, a.ID, n), "current", "peak", "rejected")})
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("live: connection stats: %w", err)
+	}
+	for _, r := range refs {
+		if v := r.cmd.Val(); len(v) == 3 {
+			a := &apps[r.app]
+			a.ConnCurrent += num(v[0])
+			a.ConnPeak += num(v[1])
+			a.ConnRejected += num(v[2])
+		}
+	}
+	return nil
+}
+
+func (c *collector) clusters(ctx context.Context, apps []AppState) ([]ClusterState, error) {
+	ids, err := c.cat.ListClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn := make([]*redis.SliceCmd, len(ids))
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			conn[i] = p.HMGet(ctx, keys.ConnCluster(id), "max_connections")
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("live: cluster connection limits: %w", err)
+	}
+	out := make([]ClusterState, 0, len(ids))
+	for i, id := range ids {
+		l1, err := c.l1.ReadL1(ctx, id)
+		if errors.Is(err, ledger.ErrUnknownCluster) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		cs := ClusterState{ID: id, Capacity: l1.Capacity, ReservedRatio: l1.ReservedRatio,
+			Allocated: l1.Allocated, Available: l1.Available, Borrowed: l1.Borrowed,
+			Emergency: l1.EmergencyActive(time.Now().Unix()), Corrections: l1.Corrections}
+		if cs.Emergency {
+			cs.EmergencyUntil, cs.EmergencyReason = l1.EmergencyUntil, l1.EmergencyReason
+		}
+		if v := conn[i].Val(); len(v) == 1 {
+			cs.ConnMax = num(v[0])
+		}
+		for _, a := range apps {
+			if a.Cluster == id {
+				cs.ConnCurrent += a.ConnCurrent
+				cs.ConnPeak += a.ConnPeak
+				cs.ConnRejected += a.ConnRejected
+			}
+		}
+		out = append(out, cs)
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package live
+
+import (
+	"time"
+)
+
+// Ranges of the dashboard (Req 23.7); each keeps seriesPoints points of cumulative totals.
+var rangeSpans = map[string]time.Duration{
+	"1h": time.Hour, "6h": 6 * time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour,
+}
+
+var rangeOrder = []string{"1h", "6h", "24h", "7d"}
+
+const seriesPoints = 120
+
+// TimePoint is one point of a time series (seed 000's TimeSeriesData).
+type TimePoint struct {
+	Timestamp int64   `json:"timestamp"` // Unix seconds
+	Value     float64 `json:"value"`
+}
+
+type point struct {
+	t              int64 // Unix seconds
+	req, cost, rej int64 // cumulative totals: requests, cost, rejected connections
+}
+
+// ring keeps the last seriesPoints points at least step seconds apart.
+type ring struct {
+	step int64
+	pts  []point
+}
+
+func (r *ring) add(p point) {
+	if n := len(r.pts); n > 0 && p.t-r.pts[n-1].t < r.step {
+		return
+	}
+	if len(r.pts) == seriesPoints {
+		copy(r.pts, r.pts[1:])
+		r.pts = r.pts[:seriesPoints-1]
+	}
+	r.pts = append(r.pts, p)
+}
+
+// series is the history of one total (all apps, or one app) at every range's resolution.
+type series struct {
+	rings map[string]*ring
+	last  point
+}
+
+func newSeries() *series {
+	s := &series{rings: map[string]*ring{}}
+	for name, span := range rangeSpans {
+		s.rings[name] = &ring{step: int64(span/time.Second) / seriesPoints}
+	}
+	return s
+}
+
+func (s *series) add(p point) {
+	s.last = p
+	for _, r := range s.rings {
+		r.add(p)
+	}
+}
+
+// rates is the request and cost rate per second between consecutive points of a range.
+func (s *series) rates(rng string) (req, cost []TimePoint) {
+	r := s.rings[rng]
+	req, cost = []TimePoint{}, []TimePoint{}
+	if r == nil {
+		return req, cost
+	}
+	pts := append(append([]point(nil), r.pts...), s.last)
+	for i := 1; i < len(pts); i++ {
+		dt := float64(pts[i].t - pts[i-1].t)
+		if dt <= 0 {
+			continue
+		}
+		req = append(req, TimePoint{pts[i].t, max(0, float64(pts[i].req-pts[i-1].req)/dt)})
+		cost = append(cost, TimePoint{pts[i].t, max(0, float64(pts[i].cost-pts[i-1].cost)/dt)})
+	}
+	return req, cost
+}
+
+// within is what was added over the last span (or since the history starts). A counter that
+// went back (stats reset, node restart) counts from its new value.
+func (s *series) within(rng string) point {
+	var out point
+	r := s.rings[rng]
+	if r == nil || len(r.pts) == 0 {
+		return out
+	}
+	pts := append(append([]point(nil), r.pts...), s.last)
+	for i := 1; i < len(pts); i++ {
+		out.req += max(0, pts[i].req-pts[i-1].req)
+		out.cost += max(0, pts[i].cost-pts[i-1].cost)
+		out.rej += max(0, pts[i].rej-pts[i-1].rej)
+	}
+	return out
+}
+
+// history is the series of the cluster totals and of every app, and the previous snapshot
+// (for rates). Only the service's loop writes it, under the service's lock.
+type history struct {
+	total *series
+	apps  map[string]*series
+	prev  *Snapshot
+}
+
+func newHistory() *history {
+	return &history{total: newSeries(), apps: map[string]*series{}}
+}
+
+// observe sets the rates of s from the previous snapshot and records its totals.
+func (h *history) observe(s *Snapshot) {
+	prev := map[string]AppState{}
+	dt := 0.0
+	if h.prev != nil {
+		dt = s.At.Sub(h.prev.At).Seconds()
+		for _, a := range h.prev.Apps {
+			prev[a.ID] = a
+		}
+	}
+	var req, cost, rej int64
+	seen := make(map[string]bool, len(s.Apps))
+	clusterRate := map[string][2]float64{}
+	for i := range s.Apps {
+		a := &s.Apps[i]
+		if p, ok := prev[a.ID]; ok && dt > 0 {
+			a.RequestRate = max(0, float64(a.Requests-p.Requests)/dt)
+			a.CostRate = max(0, float64(a.Cost-p.Cost)/dt)
+		}
+		cr := clusterRate[a.Cluster]
+		clusterRate[a.Cluster] = [2]float64{cr[0] + a.RequestRate, cr[1] + a.CostRate}
+		req, cost, rej = req+a.Requests, cost+a.Cost, rej+a.ConnRejected
+		seen[a.ID] = true
+		sr := h.apps[a.ID]
+		if sr == nil {
+			sr = newSeries()
+			h.apps[a.ID] = sr
+		}
+		sr.add(point{t: s.At.Unix(), req: a.Requests, cost: a.Cost, rej: a.ConnRejected})
+	}
+	for i := range s.Clusters {
+		cr := clusterRate[s.Clusters[i].ID]
+		s.Clusters[i].RequestRate, s.Clusters[i].CostRate = cr[0], cr[1]
+	}
+	for id := range h.apps {
+		if !seen[id] {
+			delete(h.apps, id)
+		}
+	}
+	h.total.add(point{t: s.At.Unix(), req: req, cost: cost, rej: rej})
+	h.prev = s
+}

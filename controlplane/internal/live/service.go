@@ -1,0 +1,255 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/controlplane/internal/clock"
+)
+
+// ErrAppNotFound: no app with that id in the latest snapshot.
+var ErrAppNotFound = errors.New("app not found")
+
+const (
+	pingSamples    = 120
+	collectTimeout = 4 * time.Second
+)
+
+// Options of the service.
+type Options struct {
+	Redis    redis.UniversalClient
+	Catalog  Catalog
+	L1       L1Reader
+	Interval time.Duration // collection and push period (default 5 s, Req 23.8)
+	PoolSize int           // of the Redis client, for the pool usage (default go-redis' default)
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	// OnCollect, if set, sees every snapshot (e.g. metrics) and every collection error.
+	OnCollect func(s *Snapshot, err error)
+}
+
+// Service collects snapshots, keeps history and alerts, and feeds subscribers.
+type Service struct {
+	o      Options
+	col    *collector
+	alerts alertStore
+	hub    *hub
+
+	mu    sync.RWMutex
+	snap  *Snapshot
+	hist  *history
+	pings []time.Duration
+	down  bool
+}
+
+// New returns the service; Run starts its loop.
+func New(o Options) *Service {
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Service{o: o, col: newCollector(o.Redis, o.Catalog, o.L1, o.PoolSize),
+		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory()}
+}
+
+// Interval is the collection period.
+func (s *Service) Interval() time.Duration { return s.o.Interval }
+
+// Run collects every interval and relays the config and emergency channels until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); s.relay(ctx) }()
+	t := time.NewTicker(s.o.Interval)
+	defer t.Stop()
+	for {
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("live: collection failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			s.hub.closeAll()
+			wg.Wait()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh collects one snapshot, updates history and alerts, and pushes a metrics message (and
+// the alerts that changed) to subscribers.
+func (s *Service) Refresh(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
+	defer cancel()
+	now := s.o.Clock.Now()
+	snap, err := s.col.collect(ctx, now)
+	if s.o.OnCollect != nil {
+		s.o.OnCollect(snap, err)
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.down = true
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	prev := s.hist.prev
+	s.hist.observe(snap)
+	s.snap, s.down = snap, false
+	s.pings = append(s.pings, snap.RedisLatency)
+	if len(s.pings) > pingSamples {
+		s.pings = s.pings[len(s.pings)-pingSamples:]
+	}
+	s.mu.Unlock()
+	changed, err := s.alerts.sync(ctx, now, evaluate(snap, prev))
+	if err != nil {
+		return err
+	}
+	for _, a := range changed {
+		s.hub.broadcast("alert", a, now)
+	}
+	if s.hub.count() > 0 {
+		if d, err := s.Dashboard(ctx, "1h"); err == nil {
+			s.hub.broadcast("metrics", d, now)
+		}
+	}
+	return nil
+}
+
+// Latest returns the newest snapshot, collecting one if there is none yet.
+func (s *Service) Latest(ctx context.Context) (*Snapshot, error) {
+	s.mu.RLock()
+	snap := s.snap
+	s.mu.RUnlock()
+	if snap != nil {
+		return snap, nil
+	}
+	if err := s.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.snap, nil
+}
+
+// Dashboard is seed 000's dashboard data over range rng (1h, 6h, 24h, 7d).
+func (s *Service) Dashboard(ctx context.Context, rng string) (Dashboard, error) {
+	if _, err := s.Latest(ctx); err != nil {
+		return Dashboard{}, err
+	}
+	alerts, err := s.alerts.list(ctx, true)
+	if err != nil {
+		return Dashboard{}, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return buildDashboard(s.snap, s.hist, rng, alerts, s.pings, s.down), nil
+}
+
+// AppDetail is one app's metrics over a range.
+type AppDetail struct {
+	App         AppState    `json:"app"`
+	Requests1h  int64       `json:"requests_1h"`
+	Cost1h      int64       `json:"cost_1h"`
+	Rejected1h  int64       `json:"connections_rejected_1h"`
+	RequestRate []TimePoint `json:"request_rate"`
+	CostRate    []TimePoint `json:"cost_rate"`
+	Range       string      `json:"range"`
+	Timestamp   int64       `json:"timestamp"`
+}
+
+// App returns an app's metrics (drill-down, Req 23.10).
+func (s *Service) App(ctx context.Context, id, rng string) (AppDetail, error) {
+	if _, err := s.Latest(ctx); err != nil {
+		return AppDetail{}, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, a := range s.snap.Apps {
+		if a.ID != id {
+			continue
+		}
+		d := AppDetail{App: a, Range: rng, Timestamp: s.snap.At.Unix()}
+		if sr := s.hist.apps[id]; sr != nil {
+			w := sr.within("1h")
+			d.Requests1h, d.Cost1h, d.Rejected1h = w.req, w.cost, w.rej
+			d.RequestRate, d.CostRate = sr.rates(rng)
+		}
+		return d, nil
+	}
+	return AppDetail{}, ErrAppNotFound
+}
+
+// ConnectionsView is the connection usage per app and per cluster, summed over nodes.
+type ConnectionsView struct {
+	Apps      []AppConnections `json:"apps"`
+	Clusters  []ClusterState   `json:"clusters"`
+	Timestamp int64            `json:"timestamp"`
+}
+
+// AppConnections is one app's connection usage.
+type AppConnections struct {
+	AppID    string `json:"app_id"`
+	Cluster  string `json:"cluster_id"`
+	Active   int64  `json:"active"`
+	Peak     int64  `json:"peak"` // sum of the nodes' peaks: an upper bound of the app's peak
+	Rejected int64  `json:"rejected"`
+}
+
+// Connections returns the connection usage of the newest snapshot.
+func (s *Service) Connections(ctx context.Context) (ConnectionsView, error) {
+	snap, err := s.Latest(ctx)
+	if err != nil {
+		return ConnectionsView{}, err
+	}
+	v := ConnectionsView{Apps: make([]AppConnections, 0, len(snap.Apps)), Clusters: snap.Clusters,
+		Timestamp: snap.At.Unix()}
+	for _, a := range snap.Apps {
+		v.Apps = append(v.Apps, AppConnections{AppID: a.ID, Cluster: a.Cluster, Active: a.ConnCurrent,
+			Peak: a.ConnPeak, Rejected: a.ConnRejected})
+	}
+	return v, nil
+}
+
+// Nodes lists the gateways of the newest snapshot.
+func (s *Service) Nodes(ctx context.Context) ([]Node, error) {
+	snap, err := s.Latest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return snap.Nodes, nil
+}
+
+// Alerts lists alerts, newest first.
+func (s *Service) Alerts(ctx context.Context, activeOnly bool) ([]Alert, error) {
+	return s.alerts.list(ctx, activeOnly)
+}
+
+// Ack acknowledges an alert on behalf of actor.
+func (s *Service) Ack(ctx context.Context, id, actor string) (Alert, error) {
+	return s.alerts.ack(ctx, id, actor)
+}
+
+// Subscribe returns a channel of JSON messages {type, data, timestamp} and its cancel func.
+// The channel is closed when the subscriber falls behind, on cancel, or when Run stops.
+func (s *Service) Subscribe() (<-chan []byte, func()) { return s.hub.subscribe() }
+
+// Subscribers is the number of current subscribers.
+func (s *Service) Subscribers() int { return s.hub.count() }
+
+// Current is the newest snapshot without collecting (nil before the first); for scrapes.
+func (s *Service) Current() *Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.snap
+}

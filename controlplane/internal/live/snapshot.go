@@ -1,0 +1,143 @@
+// Package live is the control plane's cluster view: every few seconds it reads what the
+// gateways reported to Redis (stats, leases, connection statistics, the gateway registry) and
+// the L1/L2 state, keeps short histories, derives alerts, and pushes metrics, alerts, config
+// changes and emergency notices to WebSocket subscribers. The dashboard data model of seed 000
+// and the Prometheus cluster collector are built from its snapshots.
+package live
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Snapshot is the cluster view at one instant.
+type Snapshot struct {
+	At            time.Time
+	ConfigVersion int64
+	RedisLatency  time.Duration // the control plane's own PING
+	PoolUsage     float64       // busy / size of the control plane's Redis pool
+	Clusters      []ClusterState
+	Apps          []AppState
+	Nodes         []Node
+}
+
+// ClusterState is one cluster: L1, emergency, reconcile corrections and connections summed
+// over its apps and nodes.
+type ClusterState struct {
+	ID              string  `json:"cluster_id"`
+	Capacity        int64   `json:"capacity"`
+	ReservedRatio   float64 `json:"reserved_ratio"`
+	Allocated       int64   `json:"allocated"`
+	Available       int64   `json:"available"`
+	Borrowed        int64   `json:"borrowed"`
+	Emergency       bool    `json:"emergency_mode"`
+	EmergencyUntil  int64   `json:"emergency_until,omitempty"`
+	EmergencyReason string  `json:"emergency_reason,omitempty"`
+	Corrections     int64   `json:"reconcile_corrections"`
+	ConnMax         int64   `json:"max_connections,omitempty"` // 0: the gateway default
+	ConnCurrent     int64   `json:"connections_active"`
+	ConnPeak        int64   `json:"connections_peak"`
+	ConnRejected    int64   `json:"connections_rejected"`
+	RequestRate     float64 `json:"request_rate"`
+	CostRate        float64 `json:"cost_rate"`
+}
+
+// AppState is one app: L2 and L3 tokens, totals and rates from the node reports, drift,
+// corrections and connections summed over nodes.
+type AppState struct {
+	ID           string  `json:"app_id"`
+	Cluster      string  `json:"cluster_id"`
+	Priority     int     `json:"priority"`
+	Enabled      bool    `json:"enabled"`
+	Burst        int64   `json:"burst_quota"`
+	Guaranteed   int64   `json:"guaranteed_quota"`
+	L2Tokens     float64 `json:"l2_tokens"`
+	Borrowed     int64   `json:"borrowed"`
+	Debt         int64   `json:"debt"`
+	L3Held       int64   `json:"l3_tokens"` // tokens leased to nodes and not yet used
+	Requests     int64   `json:"requests_total"`
+	Cost         int64   `json:"cost_total"`
+	RequestRate  float64 `json:"request_rate"`
+	CostRate     float64 `json:"cost_rate"`
+	Corrections  int64   `json:"reconcile_corrections"`
+	DriftPPM     int64   `json:"drift_ppm"`
+	ActiveNodes  int     `json:"active_nodes"`
+	ConnCurrent  int64   `json:"connections_active"`
+	ConnPeak     int64   `json:"connections_peak"`
+	ConnRejected int64   `json:"connections_rejected"`
+}
+
+// Node is one gateway as it announces itself in ratelimit:gateways.
+type Node struct {
+	NodeID           string   `json:"node_id"`
+	LastSeen         int64    `json:"last_seen"`
+	ConfigVersion    int64    `json:"config_version"`
+	Mode             string   `json:"mode,omitempty"`
+	DegradationLevel *int     `json:"degradation_level"`
+	RedisLatencyMS   *float64 `json:"redis_latency_ms"`
+	L3HitRatio       *float64 `json:"l3_hit_ratio"`
+	Stale            bool     `json:"stale"`
+	ConfigCurrent    bool     `json:"config_current"`
+}
+
+// StaleAfter: a node that has not announced itself for this long is reported stale (it
+// announces every 5 s).
+const StaleAfter = 30 * time.Second
+
+// parseNode reads one registry entry; ok is false for a damaged one or an odd id.
+func parseNode(field, doc string, now time.Time, version int64, validID func(string) bool) (Node, bool) {
+	var raw struct {
+		NodeID           string   `json:"node_id"`
+		LastSeen         float64  `json:"last_seen"`
+		ConfigVersion    float64  `json:"config_version"`
+		Mode             string   `json:"mode"`
+		DegradationLevel *float64 `json:"degradation_level"`
+		RedisLatencyMS   *float64 `json:"redis_latency_ms"`
+		L3HitRatio       *float64 `json:"l3_hit_ratio"`
+	}
+	if json.Unmarshal([]byte(doc), &raw) != nil || !validID(field) {
+		return Node{}, false
+	}
+	n := Node{NodeID: field, LastSeen: int64(raw.LastSeen), ConfigVersion: int64(raw.ConfigVersion),
+		RedisLatencyMS: raw.RedisLatencyMS, L3HitRatio: raw.L3HitRatio}
+	if validID(raw.Mode) {
+		n.Mode = raw.Mode
+	}
+	if d := raw.DegradationLevel; d != nil && *d >= 0 && *d <= 3 {
+		lvl := int(*d)
+		n.DegradationLevel = &lvl
+	}
+	n.Stale = now.Sub(time.Unix(n.LastSeen, 0)) > StaleAfter
+	n.ConfigCurrent = n.ConfigVersion == version
+	return n, true
+}
+
+// leaseHeld sums the positive "<node>:held" fields of a leases hash and counts the nodes.
+func leaseHeld(m map[string]string) (int64, int) {
+	var sum int64
+	nodes := 0
+	for k, v := range m {
+		if !strings.HasSuffix(k, ":held") {
+			continue
+		}
+		nodes++
+		if n, err := strconv.ParseFloat(v, 64); err == nil && n > 0 {
+			sum += int64(n)
+		}
+	}
+	return sum, nodes
+}
+
+func num(v any) int64 {
+	s, _ := v.(string)
+	f, _ := strconv.ParseFloat(s, 64)
+	return int64(f)
+}
+
+func fnum(v any) float64 {
+	s, _ := v.(string)
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}

@@ -230,4 +230,6 @@ func TestWebSocketPushesLiveMessages(t *testing.T) {
 	}
 }
 
-func redisZ(at time.Time, member string) redis.Z { return redis.Z{Score: float64(at.Unix()), Member: member} }
+func redisZ(at time.Time, member string) redis.Z {
+	return redis.Z{Score: float64(at.Unix()), Member: member}
+}

@@ -28,7 +28,7 @@ func (r *Result) Print(w io.Writer) {
 		{"drift, max over apps and reconciliation windows", pct(r.DriftMax), "< 1 %"},
 		{"drift, mean", pct(r.DriftMean), ""},
 		{"drift corrections (apps) / L1 corrections", fmt.Sprintf("%d / %d", r.Corrections, r.L1Corrections), ""},
-		{"leases reaped (crashed node) / tokens returned", fmt.Sprintf("%d / %d", r.Reaped, r.ReapedTokens), ""},
+		{"leases reaped (the crashed node and idle ones) / tokens returned", fmt.Sprintf("%d / %d", r.Reaped, r.ReapedTokens), ""},
 		{fmt.Sprintf("convergence after the load shift, %d apps: p50 / p95 / max", r.ShiftedApps),
 			fmt.Sprintf("%s / %s / %s (%d not within 5 s)", r.ConvergeP50, r.ConvergeP95, r.ConvergeMax, r.NotConverged), ""},
 		{fmt.Sprintf("the same measure on %d apps whose traffic did not move: p50 / p95", r.ControlApps),

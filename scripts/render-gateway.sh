@@ -10,5 +10,6 @@ extra=""
 [ -n "$extra_file" ] && extra="include $extra_file;"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@REPO@|$repo|g" -e "s|@LISTEN@|$listen|g" \
     -e "s|@BACKEND@|$backend|g" -e "s|@WORKERS@|$workers|g" -e "s|@LOG_LEVEL@|$level|g" \
+    -e "s|@ACCESS_LOG@|access_log off;|g" \
     -e "s|@EXTRA_HTTP@|$extra|g" "$repo/nginx/gateway.conf.tmpl" > "$prefix/conf/nginx.conf"
 echo "$prefix/conf/nginx.conf"

@@ -24,7 +24,6 @@ local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
 local get_method = ngx.req.get_method
 local var = ngx.var
-local header = ngx.header
 local type = type
 local tonumber = tonumber
 local find = string.find
@@ -219,8 +218,9 @@ function _M.access()
     ctx.tg_price = p
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
-    header["X-RateLimit-Cost"] = cost
-    header["X-RateLimit-Remaining"] = x
+    -- emitted by the add_header lines of nginx/tollgate_location.conf
+    var.tg_cost = cost
+    var.tg_remaining = x
 end
 
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)

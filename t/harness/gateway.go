@@ -87,6 +87,9 @@ func Render(t testing.TB, prefix string, listen, backend string, workers int, le
 	conf := strings.NewReplacer(
 		"@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
 		"@WORKERS@", strconv.Itoa(workers), "@LOG_LEVEL@", level, "@EXTRA_HTTP@", extra,
+		// the suites read nginx's own view of each request's duration from this log
+		"@ACCESS_LOG@", "log_format tgtest '$request_time $status $uri'; access_log "+
+			filepath.Join(prefix, "logs", "access.log")+" tgtest;",
 	).Replace(string(tmpl))
 	path := filepath.Join(prefix, "conf", "nginx.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
@@ -222,6 +225,22 @@ func (g *Gateway) kill() {
 	if g.t.Failed() {
 		g.t.Logf("nginx error.log of %s:\n%s", g.NodeID, tail(g.ErrorLog(), 60))
 	}
+}
+
+// SlowestRequest is the longest $request_time of a gateway request in the access log whose URI
+// starts with prefix (nginx's own measure, free of client-side scheduling delays).
+func (g *Gateway) SlowestRequest(prefix string) time.Duration {
+	b, _ := os.ReadFile(filepath.Join(g.Prefix, "logs", "access.log"))
+	var slowest float64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && strings.HasPrefix(f[2], prefix) {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil && v > slowest {
+				slowest = v
+			}
+		}
+	}
+	return time.Duration(slowest * float64(time.Second))
 }
 
 // ErrorLog returns the contents of nginx's error.log.

@@ -16,7 +16,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-const topologyTimeout = 15 * time.Second
+const (
+	topologyTimeout = 15 * time.Second
+	// a sentinel that was not scheduled for 2 s (a stalled machine) enters TILT mode and takes
+	// no action for 30 s, SENTINEL FAILOVER included
+	tiltTimeout = 40 * time.Second
+)
 
 // Cluster is a Redis Cluster of masters without replicas on loopback, owned by a test.
 type Cluster struct {
@@ -281,6 +286,32 @@ func (g *SentinelGroup) WaitQuorum() {
 			return err == nil && len(others) == len(g.Sentinels)-1
 		}, "sentinels know each other")
 	}
+	g.WaitNoTilt()
+}
+
+// WaitNoTilt waits until no sentinel is in TILT mode (Failover and WaitQuorum wait too; call it
+// before starting a clock on a failover).
+func (g *SentinelGroup) WaitNoTilt() {
+	g.t.Helper()
+	ctx := context.Background()
+	for _, s := range g.Sentinels {
+		sc := s.Client()
+		Eventually(g.t, tiltTimeout, func() bool {
+			cmd := redis.NewStringCmd(ctx, "INFO", "sentinel")
+			return sc.Process(ctx, cmd) == nil && strings.Contains(cmd.Val(), "sentinel_tilt:0")
+		}, "sentinel out of TILT mode")
+	}
+}
+
+// logs is what each sentinel announces and its log, for a failed test.
+func (g *SentinelGroup) logs() string {
+	var b strings.Builder
+	for _, s := range g.Sentinels {
+		a, err := s.Client().GetMasterAddrByName(context.Background(), g.Name).Result()
+		log, _ := os.ReadFile(filepath.Join(s.dir, "sentinel.log"))
+		fmt.Fprintf(&b, "\n== sentinel %s announces %v (%v)\n%s", s.Addr(), a, err, log)
+	}
+	return b.String()
 }
 
 // URL is the gateway's redis-sentinel:// URL (database 0).
@@ -307,6 +338,7 @@ func (g *SentinelGroup) MasterAddr() string {
 func (g *SentinelGroup) Failover() string {
 	g.t.Helper()
 	ctx := context.Background()
+	g.WaitNoTilt()
 	old := g.MasterAddr()
 	sc := g.Sentinels[0].Client()
 	Eventually(g.t, topologyTimeout, func() bool {
@@ -318,6 +350,11 @@ func (g *SentinelGroup) Failover() string {
 // WaitNewMaster returns the master address once every sentinel announces one other than old.
 func (g *SentinelGroup) WaitNewMaster(old string) string {
 	g.t.Helper()
+	g.t.Cleanup(func() {
+		if g.t.Failed() {
+			g.t.Log(g.logs())
+		}
+	})
 	ctx := context.Background()
 	var addr string
 	Eventually(g.t, topologyTimeout, func() bool {
@@ -336,6 +373,7 @@ func (g *SentinelGroup) WaitNewMaster(old string) string {
 // Sentinel is one redis-sentinel process.
 type Sentinel struct {
 	t    testing.TB
+	dir  string
 	port int
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -367,7 +405,7 @@ func startSentinel(t testing.TB, name string, masterPort int) *Sentinel {
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("testutil: start sentinel: %v", err)
 		}
-		s := &Sentinel{t: t, port: port, cmd: cmd, done: make(chan struct{})}
+		s := &Sentinel{t: t, dir: dir, port: port, cmd: cmd, done: make(chan struct{})}
 		go func() { _ = cmd.Wait(); close(s.done) }()
 		t.Cleanup(s.kill)
 		if lastErr = s.waitReady(); lastErr == nil {

@@ -27,7 +27,7 @@ down:
 
 lint: deps
 	luacheck -q lua t/lua t/nginx redis-scripts
-	@test -z "$$(gofmt -l controlplane demo internal t bench *.go)" || { gofmt -l controlplane demo internal t bench *.go; echo "gofmt needed"; exit 1; }
+	@test -z "$$(gofmt -l controlplane demo internal t bench sim *.go)" || { gofmt -l controlplane demo internal t bench sim *.go; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
 test-lua: deps

@@ -39,7 +39,14 @@ local function scale_leases(cluster)
             if ratio < 1 then
                 local k = shm.keys(id)
                 local tokens = dict:get(k.tokens) or 0
-                local give = tokens - floor(tokens * ratio)
+                -- keep the ratio of the lease, and at most the ratio of a fair share of the burst
+                local nodes = dict:get(k.nodes) or 1
+                local keep = floor(tokens * ratio)
+                local share = floor(ratio * a.burst / (2 * (nodes > 0 and nodes or 1)))
+                if keep > share then
+                    keep = share
+                end
+                local give = tokens - keep
                 if give > 0 then
                     local took = shm.take(k.tokens, give)
                     dict:incr(k.give_back, took, 0)

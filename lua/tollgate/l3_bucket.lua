@@ -54,8 +54,18 @@ local function credit(k, granted)
     return rest
 end
 
-local function target_of(k)
-    return dict:get(k.target) or deg.reserve_min()
+-- The reserve target: worker 0's adaptive value, or before its first tick the level's minimum
+-- capped at a fair share of the burst (as sync.target() caps it), so a fresh node never asks
+-- for more than its share.
+local function target_of(a, k)
+    local t = dict:get(k.target)
+    if t then
+        return t
+    end
+    local nodes = dict:get(k.nodes) or 1
+    local share = a.burst / (2 * (nodes > 0 and nodes or 1))
+    t = deg.reserve_min()
+    return t < share and t or floor(share)
 end
 
 -- Remember what a grant said about L2: scarcity and the number of active nodes.
@@ -73,7 +83,7 @@ local function refill_timer(premature, a)
         return
     end
     local tokens = dict:get(k.tokens) or 0
-    local want = floor(target_of(k) - tokens + (dict:get(k.debt) or 0))
+    local want = floor(target_of(a, k) - tokens + (dict:get(k.debt) or 0))
     if want > 0 then
         local res, err = grant(a, want, 1, S.bg_timeout_ms)
         if res then
@@ -164,7 +174,7 @@ local function slow_acquire(a, k, cost)
     end
     local debt = dict:get(k.debt) or 0
     local need = cost + debt
-    local want = floor(need + target_of(k))
+    local want = floor(need + target_of(a, k))
     local res, err = grant(a, want, need, S.op_timeout_ms)
     if not res then
         count_error(err)
@@ -237,7 +247,7 @@ function _M.acquire(a, cost)
         if n and n >= S.batch_threshold then
             sync.trigger(a)
         end
-        if v < (dict:get(k.target) or S.min_target) * S.refill_threshold then
+        if v < target_of(a, k) * S.refill_threshold then
             _M.trigger_refill(a, k)
         end
         return true, v

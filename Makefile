@@ -5,7 +5,7 @@ GO ?= go
 GOTEST_FLAGS ?=
 BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
 
-.PHONY: all deps build run up down test lint test-lua test-go test-integration bench clean
+.PHONY: all deps build run up down test lint test-lua test-go test-fuzz test-integration bench clean
 
 all: build
 
@@ -37,11 +37,23 @@ test-lua: deps
 test-go: deps
 	$(GO) test -count=1 $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -E '/t(/|$$)')
 
+# each go test -fuzz target (of controlplane/ and internal/) for FUZZTIME; go test fuzzes one
+# target per run
+FUZZTIME ?= 3s
+test-fuzz: deps
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' controlplane internal | xargs -n1 dirname | sort -u); do \
+	  for fz in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed 's/^func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz ./$$dir $$fz ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$fz\$$" -fuzztime $(FUZZTIME) ./$$dir 2>&1 | grep -v '^redis: ' | tail -n 3; \
+	    test $${PIPESTATUS[0]} -eq 0; \
+	  done; \
+	done
+
 # integration suites: real nginx + real redis-server; one package at a time (they load the CPU)
 test-integration: build
 	$(GO) test -count=1 -p 1 -timeout 30m -v $(GOTEST_FLAGS) ./t/... 2>&1 | tee .test-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; test $${PIPESTATUS[0]} -eq 0
 
-test: lint test-lua test-go test-integration
+test: lint test-lua test-go test-fuzz test-integration
 	@echo "make test: all suites passed"
 
 bench: build

@@ -1,0 +1,53 @@
+// Number and time formatting for people.
+const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 })
+const plain = new Intl.NumberFormat('en', { maximumFractionDigits: 2 })
+
+export function num(v: number | undefined | null): string {
+  if (v === undefined || v === null || Number.isNaN(v)) return '–'
+  return Math.abs(v) >= 10000 ? compact.format(v) : plain.format(v)
+}
+
+export function pct(v: number | undefined | null, digits = 1): string {
+  if (v === undefined || v === null || Number.isNaN(v)) return '–'
+  return `${v.toFixed(digits)} %`
+}
+
+/** ratio 0..1 as percent */
+export function ratio(v: number | undefined | null, digits = 1): string {
+  return v === undefined || v === null ? '–' : pct(v * 100, digits)
+}
+
+export function ms(v: number | undefined | null): string {
+  if (v === undefined || v === null || Number.isNaN(v)) return '–'
+  return v < 10 ? `${v.toFixed(2)} ms` : `${Math.round(v)} ms`
+}
+
+/** Unix seconds or ms (values above 1e12 are ms) as local date-time. */
+export function time(ts: number | undefined | null): string {
+  if (!ts) return '–'
+  const d = new Date(ts > 1e12 ? ts : ts * 1000)
+  return d.toLocaleString('en-GB', { dateStyle: 'short', timeStyle: 'medium' })
+}
+
+/** Seconds as "5m", "1h 30m". */
+export function duration(s: number | undefined | null): string {
+  if (s === undefined || s === null || s < 0) return '–'
+  if (s < 60) return `${Math.round(s)}s`
+  const h = Math.floor(s / 3600)
+  const m = Math.round((s % 3600) / 60)
+  return h ? `${h}h${m ? ` ${m}m` : ''}` : `${m}m`
+}
+
+/** "3 s ago" from Unix seconds or ms. */
+export function ago(ts: number | undefined | null, now = Date.now()): string {
+  if (!ts) return '–'
+  const t = ts > 1e12 ? ts : ts * 1000
+  return `${duration(Math.max(0, (now - t) / 1000))} ago`
+}
+
+/** A diff value for display. */
+export function value(v: unknown): string {
+  if (v === undefined) return '∅'
+  if (typeof v === 'string') return v
+  return JSON.stringify(v)
+}

@@ -5,14 +5,18 @@ GO ?= go
 GOTEST_FLAGS ?=
 BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
 
-.PHONY: all deps build run up down test lint test-lua test-go test-fuzz test-integration bench clean
+.PHONY: all deps build web run up down test lint test-lua test-go test-fuzz test-web test-integration bench clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
-build: deps
+# the admin console (web/dist, embedded by the control plane; see web/embed.go)
+web: deps
+	cd web && npm run build
+
+build: deps web
 	@mkdir -p bin
 	$(GO) build -o bin/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3
 
@@ -53,7 +57,11 @@ test-fuzz: deps
 test-integration: build
 	$(GO) test -count=1 -p 1 -timeout 30m -v $(GOTEST_FLAGS) ./t/... 2>&1 | tee .test-integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; test $${PIPESTATUS[0]} -eq 0
 
-test: lint test-lua test-go test-fuzz test-integration
+# the console: type check (vue-tsc -b), Vitest units, production build and its size budget
+test-web: deps
+	cd web && npm run --silent build && npx vitest run && npm run --silent size
+
+test: lint test-lua test-go test-fuzz test-web test-integration
 	@echo "make test: all suites passed"
 
 bench: build

@@ -18,6 +18,7 @@ import (
 
 	"tollgate/controlplane/internal/config"
 	"tollgate/controlplane/internal/redisconn"
+	"tollgate/controlplane/internal/webui"
 	"tollgate/internal/scripts"
 	"tollgate/internal/seed"
 	"tollgate/internal/store"
@@ -74,7 +75,8 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	defer stopAdmin()
-	return serve(ctx, log, cfg.Addr, handler)
+	// the admin console (web/, embedded) at / and every path the API does not own
+	return serve(ctx, log, cfg.Addr, webui.Mount(handler, webui.Handler()))
 }
 
 func seedDemo(ctx context.Context, log *slog.Logger, cfg config.Config, st *store.Store) error {

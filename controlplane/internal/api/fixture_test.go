@@ -91,8 +91,9 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 	go func() { defer close(done); f.audit.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	led := ledger.New(f.rdb, set)
-	ch := changes.New(changes.Options{Store: f.store, Validator: validate.New(f.store, log, f.audit), Ledger: led,
-		Emergency: emergency.NewManager(led, log), Audit: f.audit, Redis: f.rdb, Logger: log})
+	cat := changes.NewCatalog(f.store)
+	ch := changes.New(changes.Options{Store: f.store, Validator: validate.New(cat, log, f.audit), Ledger: led,
+		Emergency: emergency.NewManager(led, log), Audit: f.audit, Redis: f.rdb, Catalog: cat, Logger: log})
 	f.live = live.New(live.Options{Redis: f.rdb, Catalog: f.store, L1: led, Interval: time.Second, Logger: log})
 	f.metrics = metrics.New(metrics.Options{AuditDropped: f.audit.Dropped, WSClients: f.live.Subscribers,
 		Snapshot: f.live.Current})

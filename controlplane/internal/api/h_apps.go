@@ -80,7 +80,7 @@ func (s *server) listApps(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
-	matched := all[:0]
+	matched := make([]store.App, 0, len(all)) // all is shared: never filter it in place
 	for _, a := range all {
 		if f.match(a) {
 			matched = append(matched, a)

@@ -54,8 +54,11 @@ func (s *Service) GetApp(ctx context.Context, id string) (validate.App, error) {
 	return validate.App{App: a, Connections: conns[a.AppID]}, nil
 }
 
-// ListApps returns every app, sorted by id.
-func (s *Service) ListApps(ctx context.Context) ([]store.App, error) { return s.o.Store.ListApps(ctx) }
+// ListApps returns every app, sorted by id (cached per config version: see Catalog). The slice
+// is shared: callers must not modify it.
+func (s *Service) ListApps(ctx context.Context) ([]store.App, error) {
+	return s.o.Catalog.ListApps(ctx)
+}
 
 // Connections reads the connection limits of apps in one pipeline; apps without limits in
 // Redis (the gateway defaults apply) are absent from the map.

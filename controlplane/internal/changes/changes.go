@@ -76,6 +76,7 @@ type Options struct {
 	Emergency Emergency
 	Audit     Auditor
 	Redis     redis.Cmdable // connection-limit hashes
+	Catalog   *Catalog      // cached app list (default: NewCatalog(Store)); give the validator the same
 	Logger    *slog.Logger
 }
 
@@ -86,6 +87,9 @@ type Service struct{ o Options }
 func New(o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Catalog == nil {
+		o.Catalog = NewCatalog(o.Store)
 	}
 	return &Service{o: o}
 }

@@ -1,0 +1,149 @@
+// Command tollgate-apibench measures the admin API: the latency of GET /api/v1/apps with many
+// apps and of POST /api/v1/apps under concurrent load, against the real stack (the admin package
+// as the control plane runs it, a real redis-server, HTTP over loopback). It prints a table; it
+// is a benchmark program, not a test.
+//
+//	go run ./controlplane/cmd/tollgate-apibench [-apps 1000] [-c 16] [-d 10s] [-redis redis://…]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/controlplane/internal/admin"
+	"tollgate/controlplane/internal/config"
+	"tollgate/internal/scripts"
+	"tollgate/internal/store"
+)
+
+const password = "apibench-password-1"
+
+type options struct {
+	apps        int
+	concurrency int
+	duration    time.Duration
+	redisURL    string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.apps, "apps", 1000, "apps in Redis before the GET phases")
+	flag.IntVar(&o.concurrency, "c", 16, "concurrent clients")
+	flag.DurationVar(&o.duration, "d", 10*time.Second, "duration of each phase")
+	flag.StringVar(&o.redisURL, "redis", "", "an empty Redis to use (default: start a redis-server)")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "tollgate-apibench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	url := o.redisURL
+	if url == "" {
+		r, err := startRedis()
+		if err != nil {
+			return err
+		}
+		defer r.stop()
+		url = r.url
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return err
+	}
+	opts.PoolSize = 4 * o.concurrency
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	set, err := scripts.New()
+	if err != nil {
+		return err
+	}
+	if err := set.LoadAll(ctx, rdb); err != nil {
+		return err
+	}
+	st := store.New(rdb, set)
+	if err := seedApps(ctx, st, o.apps); err != nil {
+		return err
+	}
+	base, stop, err := serve(ctx, rdb, set, st)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return measure(ctx, o, base, rdb)
+}
+
+// seedApps writes one cluster big enough for every app the run creates, and n apps.
+func seedApps(ctx context.Context, st *store.Store, n int) error {
+	if _, err := st.PutCluster(ctx, store.Cluster{ID: "bench", Capacity: 1 << 40, ReservedRatio: 0.1}); err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		a := store.App{AppID: fmt.Sprintf("app-%05d", i), ClusterID: "bench", GuaranteedQuota: 1000,
+			BurstQuota: 5000, Priority: i % 4, CBw: 1, Enabled: true}
+		if _, err := st.PutApp(ctx, a); err != nil {
+			return fmt.Errorf("seed app %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// serve starts the admin API as the control plane does, without the per-user rate limit
+// (which would otherwise be what is measured), on a loopback port.
+func serve(ctx context.Context, rdb *redis.Client, set *scripts.Set, st *store.Store) (string, func(), error) {
+	cfg := config.DefaultAdmin()
+	cfg.Password, cfg.APIRate, cfg.APIBurst = password, 1e9, 1e9
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	ad, err := admin.Start(ctx, admin.Options{Config: cfg, Redis: rdb, Scripts: set, Store: st, Logger: log,
+		Banner: io.Discard})
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: ad.Handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return "http://" + l.Addr().String(), func() { _ = srv.Close(); ad.Stop() }, nil
+}
+
+func measure(ctx context.Context, o options, base string, rdb *redis.Client) error {
+	c := newClient(base, o.concurrency)
+	if err := c.login(); err != nil {
+		return err
+	}
+	info, _ := rdb.Info(ctx, "server").Result()
+	fmt.Printf("tollgate-apibench: %d apps, %d concurrent clients, %s per phase, GOMAXPROCS %d, Redis %s\n\n",
+		o.apps, o.concurrency, o.duration, runtime.GOMAXPROCS(0), redisVersion(info))
+	phases := []phase{
+		{name: "GET /api/v1/apps (page of 20)", req: c.get("/api/v1/apps?page=3&limit=20")},
+		{name: "GET /api/v1/apps?search=app-009 (filter)", req: c.get("/api/v1/apps?search=app-009&limit=20")},
+		{name: fmt.Sprintf("GET /api/v1/apps?limit=1000 (of %d)", o.apps), req: c.get("/api/v1/apps?limit=1000")},
+		{name: "POST /api/v1/apps?dry_run=true", req: c.create(true)},
+		{name: "POST /api/v1/apps (create)", req: c.create(false)},
+	}
+	fmt.Printf("%-44s %9s %9s %9s %9s %9s %9s %7s\n", "phase", "requests", "req/s", "p50", "p90", "p99", "max", "errors")
+	for _, p := range phases {
+		r := p.run(o.concurrency, o.duration)
+		fmt.Printf("%-44s %9d %9.0f %9s %9s %9s %9s %7d\n", p.name, r.n, r.rate, ms(r.p50), ms(r.p90), ms(r.p99),
+			ms(r.max), r.errors)
+	}
+	n, _ := rdb.HLen(ctx, "ratelimit:apps").Result()
+	fmt.Printf("\napps after the run: %d\n", n)
+	return nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000) }

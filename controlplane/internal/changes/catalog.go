@@ -1,0 +1,57 @@
+package changes
+
+import (
+	"context"
+	"sync"
+
+	"tollgate/internal/store"
+)
+
+// CatalogStore is what the catalog reads (implemented by *store.Store).
+type CatalogStore interface {
+	ListApps(ctx context.Context) ([]store.App, error)
+	GetCluster(ctx context.Context, id string) (store.Cluster, error)
+	ConfigVersion(ctx context.Context) (int64, error)
+}
+
+// Catalog caches the app list per config version: every write of an app bumps the version
+// after writing the index, so while the version stays, the list read at it is current, and a
+// read costs one GET instead of an HSCAN of every app. It implements validate.State, so the
+// validator checks changes against the same list. The returned slice is shared: read only.
+type Catalog struct {
+	st      CatalogStore
+	mu      sync.Mutex
+	version int64
+	apps    []store.App
+}
+
+// NewCatalog returns a catalog over st.
+func NewCatalog(st CatalogStore) *Catalog { return &Catalog{st: st} }
+
+// ListApps returns every app sorted by id, as of the current config version.
+func (c *Catalog) ListApps(ctx context.Context) ([]store.App, error) {
+	v, err := c.st.ConfigVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	apps, at := c.apps, c.version
+	c.mu.Unlock()
+	if apps != nil && at == v {
+		return apps, nil
+	}
+	if apps, err = c.st.ListApps(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.apps == nil || c.version <= v {
+		c.apps, c.version = apps, v
+	}
+	c.mu.Unlock()
+	return apps, nil
+}
+
+// GetCluster reads a cluster (not cached: one HMGET).
+func (c *Catalog) GetCluster(ctx context.Context, id string) (store.Cluster, error) {
+	return c.st.GetCluster(ctx, id)
+}

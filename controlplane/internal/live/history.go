@@ -75,8 +75,8 @@ func (s *series) rates(rng string) (req, cost []TimePoint) {
 		if dt <= 0 {
 			continue
 		}
-		req = append(req, TimePoint{pts[i].t, max(0, float64(pts[i].req-pts[i-1].req)/dt)})
-		cost = append(cost, TimePoint{pts[i].t, max(0, float64(pts[i].cost-pts[i-1].cost)/dt)})
+		req = append(req, TimePoint{pts[i].t, float64(inc(pts[i-1].req, pts[i].req)) / dt})
+		cost = append(cost, TimePoint{pts[i].t, float64(inc(pts[i-1].cost, pts[i].cost)) / dt})
 	}
 	return req, cost
 }
@@ -91,11 +91,20 @@ func (s *series) within(rng string) point {
 	}
 	pts := append(append([]point(nil), r.pts...), s.last)
 	for i := 1; i < len(pts); i++ {
-		out.req += max(0, pts[i].req-pts[i-1].req)
-		out.cost += max(0, pts[i].cost-pts[i-1].cost)
-		out.rej += max(0, pts[i].rej-pts[i-1].rej)
+		out.req += inc(pts[i-1].req, pts[i].req)
+		out.cost += inc(pts[i-1].cost, pts[i].cost)
+		out.rej += inc(pts[i-1].rej, pts[i].rej)
 	}
 	return out
+}
+
+// inc is how much a cumulative counter grew from a to b; one that went back (stats reset, a
+// node restarted) counts from zero.
+func inc(a, b int64) int64 {
+	if b >= a {
+		return b - a
+	}
+	return max(b, 0)
 }
 
 // history is the series of the cluster totals and of every app, and the previous snapshot
@@ -126,8 +135,8 @@ func (h *history) observe(s *Snapshot) {
 	for i := range s.Apps {
 		a := &s.Apps[i]
 		if p, ok := prev[a.ID]; ok && dt > 0 {
-			a.RequestRate = max(0, float64(a.Requests-p.Requests)/dt)
-			a.CostRate = max(0, float64(a.Cost-p.Cost)/dt)
+			a.RequestRate = float64(inc(p.Requests, a.Requests)) / dt
+			a.CostRate = float64(inc(p.Cost, a.Cost)) / dt
 		}
 		cr := clusterRate[a.Cluster]
 		clusterRate[a.Cluster] = [2]float64{cr[0] + a.RequestRate, cr[1] + a.CostRate}

@@ -37,15 +37,15 @@ func apiErr(status int, code, msg string) *Error {
 	return &Error{Status: status, Code: code, Message: msg}
 }
 
-// Frequent errors.
-var (
-	errNotFound     = func() *Error { return apiErr(http.StatusNotFound, "not_found", "no such resource") }
-	errUnauthorized = func(code, msg string) *Error { return apiErr(http.StatusUnauthorized, code, msg) }
-	errForbidden    = func() *Error {
-		return apiErr(http.StatusForbidden, "forbidden", "your role does not allow this")
-	}
-	errBadRequest = func(code, msg string) *Error { return apiErr(http.StatusBadRequest, code, msg) }
-)
+func errNotFound() *Error { return apiErr(http.StatusNotFound, "not_found", "no such resource") }
+
+func errUnauthorized(code, msg string) *Error { return apiErr(http.StatusUnauthorized, code, msg) }
+
+func errForbidden() *Error {
+	return apiErr(http.StatusForbidden, "forbidden", "your role does not allow this")
+}
+
+func errBadRequest(code, msg string) *Error { return apiErr(http.StatusBadRequest, code, msg) }
 
 // classify maps every error of the API's dependencies to an HTTP status and a code: the one
 // place where the error taxonomy meets HTTP. Bad input is always a 4xx; Redis being unavailable

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -24,7 +23,23 @@ const (
 // ErrBadCursor: the cursor is not a stream id.
 var ErrBadCursor = errors.New("cursor must be a stream id like 1700000000000-0")
 
-var streamID = regexp.MustCompile(`^[0-9]{1,20}-[0-9]{1,20}$`)
+// streamID reports whether s is a stream id: <1-20 digits>-<1-20 digits>.
+func streamID(s string) bool {
+	ms, seq, ok := strings.Cut(s, "-")
+	return ok && digits(ms) && digits(seq)
+}
+
+func digits(s string) bool {
+	if len(s) == 0 || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Filter selects entries; zero fields match everything. Action "app.*" matches by prefix.
 type Filter struct {
@@ -57,7 +72,7 @@ func (f Filter) match(e Entry) bool {
 
 // Query reads entries newest first with XREVRANGE, filtering as it goes.
 func (l *Log) Query(ctx context.Context, f Filter) (Page, error) {
-	if f.Cursor != "" && !streamID.MatchString(f.Cursor) {
+	if f.Cursor != "" && !streamID(f.Cursor) {
 		return Page{}, ErrBadCursor
 	}
 	if f.Limit <= 0 {

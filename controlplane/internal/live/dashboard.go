@@ -89,7 +89,8 @@ type RedisHealth struct {
 
 const topN = 10
 
-var costBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 1000}
+// costBuckets are the upper bounds of the cost histogram (+Inf after them).
+func costBuckets() []float64 { return []float64{1, 2, 5, 10, 20, 50, 100, 1000} }
 
 // buildDashboard assembles the dashboard of snapshot s over range rng.
 func buildDashboard(s *Snapshot, h *history, rng string, alerts []Alert, pings []time.Duration, down bool) Dashboard {
@@ -144,11 +145,12 @@ func tokens(s *Snapshot, l1 float64) TokenAvailability {
 }
 
 func apps(s *Snapshot, h *history) (Histogram, []TopApp, int) {
-	hist := Histogram{Buckets: make([]Bucket, len(costBuckets)+1)}
-	for i, le := range costBuckets {
+	bounds := costBuckets()
+	hist := Histogram{Buckets: make([]Bucket, len(bounds)+1)}
+	for i, le := range bounds {
 		hist.Buckets[i].Le = formatLe(le)
 	}
-	hist.Buckets[len(costBuckets)].Le = "+Inf"
+	hist.Buckets[len(bounds)].Le = "+Inf"
 	emergency := map[string]bool{}
 	for _, c := range s.Clusters {
 		emergency[c.ID] = c.Emergency
@@ -165,7 +167,7 @@ func apps(s *Snapshot, h *history) (Histogram, []TopApp, int) {
 		}
 		if w.req > 0 {
 			avg := float64(w.cost) / float64(w.req)
-			i := sort.SearchFloat64s(costBuckets, avg)
+			i := sort.SearchFloat64s(bounds, avg)
 			hist.Buckets[i].Count += w.req
 		}
 		top = append(top, TopApp{AppID: a.ID, Requests1h: w.req, Cost1h: w.cost, Connections: a.ConnCurrent,

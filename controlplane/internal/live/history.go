@@ -4,12 +4,11 @@ import (
 	"time"
 )
 
-// Ranges of the dashboard (Req 23.7); each keeps seriesPoints points of cumulative totals.
-var rangeSpans = map[string]time.Duration{
-	"1h": time.Hour, "6h": 6 * time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour,
+// rangeSpans are the ranges of the dashboard (Req 23.7); each keeps seriesPoints points of
+// cumulative totals.
+func rangeSpans() map[string]time.Duration {
+	return map[string]time.Duration{"1h": time.Hour, "6h": 6 * time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour}
 }
-
-var rangeOrder = []string{"1h", "6h", "24h", "7d"}
 
 const seriesPoints = 120
 
@@ -49,7 +48,7 @@ type series struct {
 
 func newSeries() *series {
 	s := &series{rings: map[string]*ring{}}
-	for name, span := range rangeSpans {
+	for name, span := range rangeSpans() {
 		s.rings[name] = &ring{step: int64(span/time.Second) / seriesPoints}
 	}
 	return s

@@ -19,9 +19,8 @@ type metricDef struct {
 	labels     []string
 }
 
-var clusterLabels, appLabels, nodeLabels = []string{"cluster_id"}, []string{"app_id", "cluster_id"}, []string{"node_id"}
-
 func defs() []metricDef {
+	clusterLabels, appLabels, nodeLabels := []string{"cluster_id"}, []string{"app_id", "cluster_id"}, []string{"node_id"}
 	return []metricDef{
 		{"tollgate_config_version", "Config version the control plane sees.", nil},
 		{"tollgate_view_timestamp_seconds", "When the cluster view was collected.", nil},

@@ -19,10 +19,11 @@ describe('useChart', () => {
     })
     vi.stubGlobal('requestAnimationFrame', (cb: FrameRequestCallback) => { cb(0); return 1 })
     const value = ref(1)
+    let rendered = 0
     const C = defineComponent({
       setup() {
         const el = ref<HTMLElement | null>(null)
-        useChart(el, () => ({ series: [{ data: [value.value] }] }), { init })
+        useChart(el, () => ({ series: [{ data: [value.value] }] }), { init, onFirstRender: () => { rendered++ } })
         return () => h('div', { ref: el })
       },
     })
@@ -34,6 +35,7 @@ describe('useChart', () => {
     value.value = 2
     await nextTick()
     expect(chart.setOption).toHaveBeenLastCalledWith({ series: [{ data: [2] }] }, expect.anything())
+    expect(rendered).toBe(1)
     expect(observed).not.toBeNull()
     ;(observed as unknown as ResizeObserverCallback)([], {} as ResizeObserver)
     expect(chart.resize).toHaveBeenCalledTimes(1)

@@ -15,6 +15,8 @@ export interface UseChartOptions {
   init?: (el: HTMLElement) => ChartLike | Promise<ChartLike>
   /** replace the whole option on change instead of merging (default true: series come and go) */
   notMerge?: boolean
+  /** called once, after the first option was drawn */
+  onFirstRender?: () => void
 }
 
 async function defaultInit(el: HTMLElement): Promise<ChartLike> {
@@ -28,11 +30,17 @@ export function useChart(el: Ref<HTMLElement | null>, option: () => object | nul
   let observer: ResizeObserver | null = null
   let disposed = false
   let frame = 0
+  let drawn = false
 
   function render(): void {
     const c = chart.value
     const o = option()
-    if (c && o) c.setOption(o, { notMerge: opts.notMerge ?? true, lazyUpdate: true })
+    if (!c || !o) return
+    c.setOption(o, { notMerge: opts.notMerge ?? true, lazyUpdate: true })
+    if (!drawn) {
+      drawn = true
+      opts.onFirstRender?.()
+    }
   }
 
   onMounted(async () => {

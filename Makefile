@@ -5,7 +5,7 @@ GO ?= go
 GOTEST_FLAGS ?=
 BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
 
-.PHONY: all deps build web run up down test lint test-lua test-go test-fuzz test-web test-integration bench clean
+.PHONY: all deps build web run up down test lint test-lua test-go test-fuzz test-web test-e2e test-integration bench clean
 
 all: build
 
@@ -61,7 +61,12 @@ test-integration: build
 test-web: deps
 	cd web && npm run --silent build && npx vitest run && npm run --silent size
 
-test: lint test-lua test-go test-fuzz test-web test-integration
+# the console in Debian's Chromium against a real stack it starts (web/e2e; screenshots in
+# web/e2e/artifacts)
+test-e2e: build
+	cd web && npm run --silent e2e
+
+test: lint test-lua test-go test-fuzz test-web test-e2e test-integration
 	@echo "make test: all suites passed"
 
 bench: build

@@ -1,0 +1,299 @@
+// The console end to end: Debian's Chromium against a real stack (redis-server, control plane
+// serving the embedded build, nginx gateway with tollgate's Lua) started for this run. Steps run
+// in order and build on each other, like an operator's session. Screenshots of every view land
+// in e2e/artifacts/; the dashboard's render time is printed.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { openBrowser, screenshot, type Browser } from './browser.ts'
+import { AppDetailPage, AppFormPage, AppsPage, DashboardPage, EmergencyPage, LoginPage, Shell } from './pages/pages.ts'
+import { byTest, parseNumber, until } from './pages/ui.ts'
+import { ADMIN, Api, startStack, traffic, type Stack } from './stack.ts'
+
+const APP = 'e2e-photos'
+const VIEWER = { username: 'e2e-viewer', password: 'e2e-viewer-password-1' }
+
+describe('admin console on a real stack', () => {
+  let stack: Stack
+  let api: Api
+  let admin: Browser
+  const timings: Record<string, number | null> = {}
+
+  beforeAll(async () => {
+    stack = await startStack()
+    api = await new Api(stack.base).login(ADMIN.username, ADMIN.password)
+    await api.call('POST', '/api/v1/users', { ...VIEWER, role: 'viewer' })
+    admin = await openBrowser()
+  })
+
+  afterAll(async () => {
+    await admin?.close()
+    await stack?.stop()
+    if (Object.keys(timings).length) {
+      console.log('dashboard render time (ms from navigation start):')
+      for (const [k, v] of Object.entries(timings)) console.log(`  ${k.padEnd(44)} ${v === null ? '–' : v.toFixed(0)}`)
+    }
+  })
+
+  it('01 signs in and renders the dashboard', async () => {
+    const { page } = admin
+    const login = new LoginPage(page, stack.base)
+    await page.goto(`${stack.base}/apps`) // a deep link while signed out
+    await page.waitForURL((u) => u.pathname === '/login')
+    await screenshot(page, '01-login')
+    await login.login(ADMIN.username, 'wrong-password-123')
+    await expect.poll(() => login.error().textContent()).toMatch(/wrong user name or password/i)
+    await login.login(ADMIN.username, ADMIN.password)
+    await page.waitForURL((u) => u.pathname === '/apps') // back where the link pointed
+    const dash = new DashboardPage(page, stack.base)
+    await dash.goto()
+    const shell = new Shell(page)
+    expect(await shell.role()).toBe('admin')
+    await until(async () => (await shell.liveStatus())?.trim() === 'live', 'the WebSocket to connect')
+    expect(await dash.card('l1')).toMatch(/%$/)
+
+    // reload of a signed-in tab: the session is restored from the refresh token
+    await page.reload()
+    await dash.ready()
+    await dash.waitForChart()
+    const warm = await dash.marks()
+    timings['reload, signed-in tab (warm cache): cards'] = warm.cards
+    timings['reload, signed-in tab (warm cache): chart'] = warm.chart
+    await screenshot(page, '02-dashboard')
+  })
+
+  it('02 measures a cold load of the dashboard', async () => {
+    // a fresh profile (empty cache) whose tab holds a session, as after a browser restart
+    // with the tab restored
+    const cold = await openBrowser()
+    try {
+      const r = await api.call<{ refresh_token: string }>('POST', '/api/v1/auth/login',
+        { username: ADMIN.username, password: ADMIN.password }, false)
+      await cold.context.addInitScript((tok) => { sessionStorage.setItem('tollgate.refresh', tok) }, r.refresh_token)
+      const dash = new DashboardPage(cold.page, stack.base)
+      await dash.goto()
+      await dash.waitForChart()
+      const m = await dash.marks()
+      timings['cold cache, session restored: cards'] = m.cards
+      timings['cold cache, session restored: chart'] = m.chart
+      expect(m.cards).not.toBeNull()
+      expect(cold.errors).toEqual([])
+    } finally {
+      await cold.close()
+    }
+  })
+
+  it('03 creates an application, reviewing the diff before it is written', async () => {
+    const { page } = admin
+    const apps = new AppsPage(page, stack.base)
+    await apps.goto()
+    await apps.openNew()
+    const form = new AppFormPage(page)
+    await form.fill({ app_id: APP, guaranteed_quota: 1500, burst_quota: 6000, priority: 2, max_borrow: 500 })
+    await screenshot(page, '03-app-form')
+    const diff = await form.review()
+    const rows = await diff.rows()
+    expect(rows).toContainEqual([`apps[${APP}].guaranteed_quota`, '∅', '1500'])
+    expect(rows).toContainEqual([`apps[${APP}].burst_quota`, '∅', '6000'])
+    await screenshot(page, '04-app-create-diff')
+    // nothing is written by the review
+    expect((await api.raw('GET', `/api/v1/apps/${APP}`)).status).toBe(404)
+    await diff.apply()
+    await new AppDetailPage(page).ready(APP)
+    const created = await api.call<{ burst_quota: number; priority: number }>('GET', `/api/v1/apps/${APP}`)
+    expect(created).toMatchObject({ burst_quota: 6000, priority: 2 })
+  })
+
+  it('04 finds it in the list', async () => {
+    const { page } = admin
+    const apps = new AppsPage(page, stack.base)
+    await apps.goto()
+    await apps.search('photo')
+    await until(async () => {
+      const ids = await apps.ids()
+      return ids.length === 1 && ids[0] === APP
+    }, `the search to show only ${APP}`)
+    await screenshot(page, '05-apps-search')
+    await apps.search('')
+    await until(async () => (await apps.ids()).length === 5, 'the four demo apps and the new one')
+    await screenshot(page, '06-apps')
+  })
+
+  it('05 edits it through the diff preview', async () => {
+    const { page } = admin
+    await page.goto(`${stack.base}/apps/${APP}`)
+    const detail = new AppDetailPage(page)
+    await detail.ready(APP)
+    await detail.editButton().click()
+    const form = new AppFormPage(page)
+    await form.fill({ burst_quota: 9000, priority: 1 })
+    const diff = await form.review()
+    const rows = await diff.rows()
+    expect(rows).toContainEqual([`apps[${APP}].burst_quota`, '6000', '9000'])
+    expect(rows).toContainEqual([`apps[${APP}].priority`, '2', '1'])
+    expect(rows.map((r) => r[0])).not.toContain(`apps[${APP}].guaranteed_quota`) // unchanged fields stay out
+    await screenshot(page, '07-app-edit-diff')
+    await diff.apply()
+    await detail.ready(APP)
+    expect(await detail.config('Burst')).toBe('9,000 tokens')
+    expect(await api.call('GET', `/api/v1/apps/${APP}`)).toMatchObject({ burst_quota: 9000, priority: 1 })
+    await screenshot(page, '08-app-detail')
+  })
+
+  it("06 shows the server's field-level messages and writes nothing invalid", async () => {
+    const { page } = admin
+    await page.goto(`${stack.base}/apps/${APP}/edit`)
+    const form = new AppFormPage(page)
+    await form.fill({ burst_quota: 100 }) // below the guaranteed quota
+    const diff = await form.review()
+    expect((await diff.violations()).join(' ')).toMatch(/burst_quota/)
+    expect(await diff.applyButton().isDisabled()).toBe(true)
+    await screenshot(page, '09-app-invalid-diff')
+    await diff.cancel()
+    await expect.poll(() => form.fieldError('Burst quota').textContent()).toMatch(/at least guaranteed_quota/)
+    await screenshot(page, '10-app-field-error')
+    expect(await api.call('GET', `/api/v1/apps/${APP}`)).toMatchObject({ burst_quota: 9000 })
+  })
+
+  it('07 activates and deactivates emergency mode', async () => {
+    const { page } = admin
+    const em = new EmergencyPage(page, stack.base)
+    await em.goto()
+    expect(await em.state()).toBe('normal')
+    await em.activate('e2e: storage cluster overloaded')
+    await until(async () => (await em.state()) === 'ACTIVE', 'emergency mode to show as active')
+    await expect.poll(() => new Shell(page).emergencyBanner().isVisible()).toBe(true)
+    const st = await api.call<{ emergency_mode: boolean }>('GET', '/api/v1/emergency')
+    expect(st.emergency_mode).toBe(true)
+    await screenshot(page, '11-emergency-active')
+    await em.deactivateFirst()
+    await until(async () => (await em.state()) === 'normal', 'emergency mode to end')
+    expect((await api.call<{ emergency_mode: boolean }>('GET', '/api/v1/emergency')).emergency_mode).toBe(false)
+    await until(async () => (await em.historyRows().count()) >= 2, 'the activation and its end in the history')
+    await screenshot(page, '12-emergency-history')
+  })
+
+  it('08 shows live numbers moving while traffic flows through the gateway', async () => {
+    const { page } = admin
+    const dash = new DashboardPage(page, stack.base)
+    await dash.goto()
+    await page.evaluate(() => { (window as unknown as { e2eSamePage: boolean }).e2eSamePage = true })
+    const before = await dash.requestsLastHour()
+    const load = traffic(stack.gateway, 'demo-p1')
+    try {
+      const rate = await until(async () => {
+        const r = parseNumber(await dash.card('requests'))
+        return r > 0 ? r : 0
+      }, 'a request rate above zero on the dashboard', 30_000)
+      const first = await until(async () => {
+        const n = await dash.requestsLastHour()
+        return n > before ? n : 0
+      }, 'the requests of the last hour to grow', 30_000)
+      const second = await until(async () => {
+        const n = await dash.requestsLastHour()
+        return n > first ? n : 0
+      }, 'the requests of the last hour to grow again', 30_000)
+      const top = byTest(page, 'top-apps').locator('tr', { hasText: 'demo-p1' })
+      expect(parseNumber(await top.locator('td').nth(1).textContent())).toBeGreaterThan(0)
+      console.log(`live: ${rate} req/s on the card; requests 1h ${before} -> ${first} -> ${second}; gateway answers`,
+        load.counts)
+      expect(load.counts.ok).toBeGreaterThan(0)
+      await screenshot(page, '13-dashboard-traffic')
+    } finally {
+      await load.stop()
+    }
+    // no reload happened: the numbers came over the WebSocket (or the 5 s poll)
+    expect(await page.evaluate(() => (window as unknown as { e2eSamePage?: boolean }).e2eSamePage)).toBe(true)
+    expect((await new Shell(page).liveStatus())?.trim()).toBe('live')
+  })
+
+  it('09 shows every other view', async () => {
+    const { page } = admin
+    const views: [string, string, string][] = [
+      ['/clusters', 'clusters-table', '14-clusters'],
+      ['/connections', 'connections-apps', '15-connections'],
+      ['/settings', 'users-table', '16-settings-users'],
+    ]
+    for (const [path, table, shot] of views) {
+      await page.goto(stack.base + path)
+      await byTest(page, table).locator('.el-table__row').first().waitFor()
+      await screenshot(page, shot)
+    }
+    await page.getByRole('tab', { name: 'Audit log' }).click()
+    await byTest(page, 'audit-table').locator('.el-table__row').first().waitFor()
+    expect(await byTest(page, 'audit-table').textContent()).toMatch(/app\.create|app\.update|emergency/)
+    await screenshot(page, '17-settings-audit')
+    await page.getByRole('tab', { name: 'Gateways' }).click()
+    await byTest(page, 'nodes-table').locator('.el-table__row').first().waitFor()
+    expect(await byTest(page, 'nodes-table').textContent()).toContain('gw-e2e')
+    await screenshot(page, '18-settings-gateways')
+  })
+
+  it('10 lets a viewer look but not change anything', async () => {
+    const viewer = await openBrowser()
+    try {
+      const { page } = viewer
+      await new LoginPage(page, stack.base).goto()
+      await new LoginPage(page, stack.base).login(VIEWER.username, VIEWER.password)
+      await new DashboardPage(page, stack.base).ready()
+      expect(await new Shell(page).role()).toBe('viewer')
+
+      const apps = new AppsPage(page, stack.base)
+      await apps.goto()
+      expect(await apps.newButton().count()).toBe(0)
+      expect(await apps.editButtons().count()).toBe(0)
+      await screenshot(page, '19-viewer-apps')
+
+      await page.goto(`${stack.base}/apps/${APP}`)
+      await new AppDetailPage(page).ready(APP)
+      expect(await new AppDetailPage(page).editButton().count()).toBe(0)
+
+      await page.goto(`${stack.base}/apps/${APP}/edit`) // a route the role may not open
+      await page.waitForURL((u) => u.pathname === '/')
+
+      const em = new EmergencyPage(page, stack.base)
+      await em.goto()
+      expect(await em.activateButton().isDisabled()).toBe(true)
+      await byTest(page, 'emergency-readonly').waitFor()
+      await screenshot(page, '20-viewer-emergency')
+
+      await page.goto(`${stack.base}/settings`)
+      await byTest(page, 'nodes-table').waitFor()
+      expect(await page.getByRole('tab', { name: 'Users' }).count()).toBe(0)
+      expect(await page.getByRole('tab', { name: 'Audit log' }).count()).toBe(0)
+
+      // and the API agrees
+      const v = await new Api(stack.base).login(VIEWER.username, VIEWER.password)
+      expect((await v.raw('PUT', `/api/v1/apps/${APP}`, { burst_quota: 1 })).status).toBe(403)
+      expect(viewer.errors).toEqual([])
+    } finally {
+      await viewer.close()
+    }
+  })
+
+  it('11 is usable at phone width', async () => {
+    const phone = await openBrowser({ width: 390, height: 844 })
+    try {
+      const { page } = phone
+      await new LoginPage(page, stack.base).goto()
+      await new LoginPage(page, stack.base).login(ADMIN.username, ADMIN.password)
+      const dash = new DashboardPage(page, stack.base)
+      await dash.ready()
+      await dash.waitForChart()
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth)
+      expect(overflow).toBeLessThanOrEqual(0)
+      await screenshot(page, '21-phone-dashboard')
+      await byTest(page, 'menu-toggle').click()
+      await page.locator('[data-test="nav-applications"]:visible').waitFor()
+      await screenshot(page, '22-phone-menu')
+      await page.locator('[data-test="nav-applications"]:visible').click()
+      await byTest(page, 'apps-table').locator('.el-table__row').first().waitFor()
+      await screenshot(page, '23-phone-apps')
+      expect(phone.errors).toEqual([])
+    } finally {
+      await phone.close()
+    }
+  })
+
+  it('12 saw no errors in the browser', () => {
+    expect(admin.errors).toEqual([])
+  })
+})

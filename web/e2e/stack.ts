@@ -1,0 +1,125 @@
+// The real stack for the end-to-end run: scripts/stack.sh (redis-server, demo storage backend,
+// control plane with the embedded console, nginx gateway) on free loopback ports in a private
+// run directory, an admin password set for the run, and an API client to seed data with.
+import { execFile } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { promisify } from 'node:util'
+
+const run = promisify(execFile)
+export const REPO = resolve(import.meta.dirname, '../..')
+export const ADMIN = { username: 'admin', password: 'e2e-admin-password-1' }
+
+async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = createServer()
+    s.once('error', fail)
+    s.listen(0, '127.0.0.1', () => {
+      const addr = s.address()
+      s.close(() => (typeof addr === 'object' && addr ? ok(addr.port) : fail(new Error('no port'))))
+    })
+  })
+}
+
+export interface Stack {
+  /** the control plane: API and console */
+  base: string
+  gateway: string
+  runDir: string
+  stop(): Promise<void>
+}
+
+export async function startStack(): Promise<Stack> {
+  const [gw, cp, redis, backend] = await Promise.all([freePort(), freePort(), freePort(), freePort()])
+  const runDir = mkdtempSync(join(tmpdir(), 'tollgate-e2e-'))
+  const env = {
+    ...process.env,
+    TOLLGATE_GATEWAY_ADDR: `127.0.0.1:${gw}`,
+    TOLLGATE_CP_ADDR: `127.0.0.1:${cp}`,
+    TOLLGATE_REDIS_ADDR: `127.0.0.1:${redis}`,
+    TOLLGATE_BACKEND_ADDR: `127.0.0.1:${backend}`,
+    TOLLGATE_RUN_DIR: runDir,
+    TOLLGATE_NODE_ID: 'gw-e2e',
+    TOLLGATE_WORKERS: '1',
+    TOLLGATE_ADMIN_USER: ADMIN.username,
+    TOLLGATE_ADMIN_PASSWORD: ADMIN.password,
+    TOLLGATE_LIVE_INTERVAL: '1s',
+  }
+  const stack = join(REPO, 'scripts/stack.sh')
+  try {
+    await run(stack, ['up'], { env, timeout: 90_000 })
+  } catch (e) {
+    await run(stack, ['down'], { env }).catch(() => {})
+    throw new Error(`stack.sh up failed (is bin/ built? run make build): ${String(e)}`)
+  }
+  return {
+    base: `http://127.0.0.1:${cp}`,
+    gateway: `http://127.0.0.1:${gw}`,
+    runDir,
+    async stop() {
+      await run(stack, ['down'], { env, timeout: 60_000 }).catch((e: unknown) => console.error('stack.sh down:', e))
+      rmSync(runDir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** A small client of the admin API for seeding and checking (not what the console uses). */
+export class Api {
+  private token = ''
+  constructor(private readonly base: string) {}
+
+  async login(username: string, password: string): Promise<this> {
+    const r = await this.call<{ access_token: string }>('POST', '/api/v1/auth/login', { username, password }, false)
+    this.token = r.access_token
+    return this
+  }
+
+  async call<T>(method: string, path: string, body?: unknown, auth = true): Promise<T> {
+    const res = await this.raw(method, path, body, auth)
+    const text = await res.text()
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${text}`)
+    return (JSON.parse(text) as { data: T }).data
+  }
+
+  raw(method: string, path: string, body?: unknown, auth = true): Promise<Response> {
+    const headers: Record<string, string> = { 'Content-Type': 'application/json' }
+    if (auth) headers.Authorization = `Bearer ${this.token}`
+    return fetch(this.base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+  }
+}
+
+/** Requests through the gateway until stopped: small PUTs and GETs as one app. */
+export function traffic(gateway: string, appId: string, concurrency = 4) {
+  let running = true
+  const counts = { ok: 0, limited: 0, failed: 0 }
+  const body = 'x'.repeat(2048)
+  async function worker(w: number): Promise<void> {
+    for (let i = 0; running; i++) {
+      const key = `${gateway}/e2e-bucket/w${w}-${i % 50}`
+      try {
+        const put = await fetch(key, { method: 'PUT', headers: { 'X-App-Id': appId }, body })
+        await put.arrayBuffer()
+        const get = await fetch(key, { headers: { 'X-App-Id': appId } })
+        await get.arrayBuffer()
+        for (const s of [put.status, get.status]) {
+          if (s < 300) counts.ok++
+          else if (s === 429 || s === 503) counts.limited++
+          else counts.failed++
+        }
+      } catch {
+        counts.failed++
+        await new Promise((r) => setTimeout(r, 100))
+      }
+    }
+  }
+  const workers = Array.from({ length: concurrency }, (_, w) => worker(w))
+  return {
+    counts,
+    async stop() {
+      running = false
+      await Promise.all(workers)
+    },
+  }
+}

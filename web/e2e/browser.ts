@@ -44,7 +44,14 @@ export async function openBrowser(viewport = { width: 1366, height: 900 }): Prom
   }
 }
 
+/** waits until no CSS transition or animation runs (drawers, dialogs, toasts sliding in) */
+export async function settle(page: Page): Promise<void> {
+  await page.waitForFunction(() => document.getAnimations().every((a) => a.playState !== 'running'),
+    undefined, { timeout: 5000 }).catch(() => {})
+}
+
 export async function screenshot(page: Page, name: string): Promise<string> {
+  await settle(page)
   mkdirSync(ARTIFACTS, { recursive: true })
   const path = join(ARTIFACTS, `${name}.png`)
   await page.screenshot({ path, fullPage: true })

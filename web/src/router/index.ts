@@ -44,7 +44,12 @@ export const routes: RouteRecordRaw[] = [
 ]
 
 export function createAppRouter(): Router {
-  const router = createRouter({ history: createWebHistory(), routes })
+  const router = createRouter({
+    history: createWebHistory(),
+    routes,
+    // #alerts (the header's bell) scrolls to the dashboard's alerts below the sticky header
+    scrollBehavior: (to, _from, saved) => saved ?? (to.hash ? { el: to.hash, top: 64 } : { top: 0 }),
+  })
   router.beforeEach(async (to) => {
     const auth = useAuthStore()
     if (to.meta.public) {

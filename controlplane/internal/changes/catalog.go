@@ -20,6 +20,7 @@ type CatalogStore interface {
 // validator checks changes against the same list. The returned slice is shared: read only.
 type Catalog struct {
 	st      CatalogStore
+	reading sync.Mutex // one HSCAN at a time: concurrent misses share its result
 	mu      sync.Mutex
 	version int64
 	apps    []store.App
@@ -34,13 +35,16 @@ func (c *Catalog) ListApps(ctx context.Context) ([]store.App, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	apps, at := c.apps, c.version
-	c.mu.Unlock()
-	if apps != nil && at == v {
+	if apps, ok := c.cached(v); ok {
 		return apps, nil
 	}
-	if apps, err = c.st.ListApps(ctx); err != nil {
+	c.reading.Lock()
+	defer c.reading.Unlock()
+	if apps, ok := c.cached(v); ok { // read by the caller we waited for
+		return apps, nil
+	}
+	apps, err := c.st.ListApps(ctx)
+	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -49,6 +53,14 @@ func (c *Catalog) ListApps(ctx context.Context) ([]store.App, error) {
 	}
 	c.mu.Unlock()
 	return apps, nil
+}
+
+// cached returns the list if it was read at version v or later (a list read after v is as
+// current as one read at v).
+func (c *Catalog) cached(v int64) ([]store.App, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.apps, c.apps != nil && c.version >= v
 }
 
 // GetCluster reads a cluster (not cached: one HMGET).

@@ -139,6 +139,13 @@ func TestAppChangesAreValidatedVersionedPublishedAndAudited(t *testing.T) {
 		{"gone", "GET", "/api/v1/apps/x1", nil, 404, "not_found", nil},
 	}
 	runSteps(t, f, tok, steps)
+	checkAppAudit(t, f)
+}
+
+// checkAppAudit: the three writes and every validation attempt are in the audit stream.
+func checkAppAudit(t *testing.T, f *fixture) {
+	t.Helper()
+	ctx := context.Background()
 	page, err := f.audit.Query(ctx, audit.Filter{Actor: "admin", Action: "app.*"})
 	if err != nil || len(page.Entries) != 3 {
 		t.Fatalf("audit of app changes: %+v %v, want create, update, delete", page.Entries, err)

@@ -350,7 +350,9 @@ func TestConnCountersBackToZeroAfterLoad(t *testing.T) {
 				}
 				// every 7th request is abandoned by its client after 5 ms; the backend does not
 				// notice and holds it on (under another name) after the gateway released it
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				// (a generous timeout: a "load" request the client gave up on would be held by
+				// the backend after its slot was released, which is the abandoned case below)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				name := "load"
 				if (i+n)%7 == 0 {
 					ctx, cancel = context.WithTimeout(context.Background(), 5*time.Millisecond)

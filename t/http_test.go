@@ -141,7 +141,8 @@ func TestExhaustedAppGets429WithRetryAfter(t *testing.T) {
 	}
 	// burst 20 at cost 2 each plus what refilled meanwhile
 	if admitted < 10 || admitted > 14 {
-		t.Fatalf("admitted %d DELETEs of cost 2 from burst 20 at 10 tokens/s", admitted)
+		t.Fatalf("admitted %d DELETEs of cost 2 from burst 20 at 10 tokens/s before a 429 %q; lease %+v, L2 %v",
+			admitted, last.body.Reason, s.gw().State("tiny"), s.l2("tiny"))
 	}
 	b := last.body
 	if b.Error != "rate_limit_exceeded" || b.Reason != "app_exhausted" || b.Cost == nil || *b.Cost != 2 ||

@@ -163,6 +163,19 @@ local function admit(k, cost, v)
     return v, n
 end
 
+-- Take `cost` from the lease, waiting (a few ms at most) for an asynchronous refill of this
+-- node that is still on its way (at most 10 ms: within the timeout budget's 20 ms margin).
+local function lease_after_refill(k, cost)
+    for _ = 1, 5 do
+        local ok, v = shm.take_all_or_nothing(k.tokens, cost)
+        if ok or not dict:get(k.refill_lock) then
+            return ok, v
+        end
+        ngx.sleep(0.002)
+    end
+    return shm.take_all_or_nothing(k.tokens, cost)
+end
+
 -- The lease is empty: ask L2 for this request plus a reserve, under the operation timeout.
 local function slow_acquire(a, k, cost)
     local reset = dict:get(k.neg)
@@ -191,6 +204,12 @@ local function slow_acquire(a, k, cost)
     note_grant(k, res, want)
     local granted = res[1]
     if granted <= 0 then
+        -- an asynchronous refill may have taken what L2 had for this node: use it, not a 429
+        local ok, v = lease_after_refill(k, cost)
+        if ok then
+            admit(k, cost, v)
+            return true, v
+        end
         return exhausted(k, res, need)
     end
     local rest = credit(k, granted)

@@ -84,7 +84,8 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		Tokens: tokens, Sessions: auth.NewSessions(o.Redis, a.RefreshTTL, nil),
 		Throttle: auth.NewThrottle(o.Redis, a.LoginMaxUser, a.LoginMaxIP, a.LoginWindow),
 		Limiter:  auth.NewLimiter(a.APIRate, a.APIBurst, nil), Hasher: hasher, Users: us, Audit: al,
-		Changes: ch, Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken})
+		Changes: ch, Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
+		PrometheusURL: a.PrometheusURL})
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ad := &Admin{Handler: h, cancel: cancel}
 	ad.wg.Add(2)

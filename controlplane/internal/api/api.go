@@ -68,6 +68,10 @@ type Options struct {
 	CORSOrigins  []string // exact browser origins allowed (CORS and WebSocket)
 	MetricsToken string   // static bearer token accepted by GET /metrics (optional)
 	MaxBody      int64    // default DefaultMaxBody
+
+	PrometheusURL     string        // base URL of the Prometheus behind /metrics/history; empty: absent
+	PrometheusTimeout time.Duration // of one range query; default DefaultPrometheusTimeout
+	PrometheusClient  *http.Client  // default http.DefaultClient
 }
 
 type server struct {

@@ -55,6 +55,8 @@ type fixtureOptions struct {
 	origins      []string
 	metricsToken string
 	maxBody      int64
+	promURL      string
+	promTimeout  time.Duration
 }
 
 func newFixture(t testing.TB) *fixture { return newFixtureWith(t, fixtureOptions{}) }
@@ -102,7 +104,8 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 		Throttle: auth.NewThrottle(f.rdb, o.loginMaxUser, o.loginMaxIP, time.Minute),
 		Limiter:  auth.NewLimiter(o.rate, int(o.burst), nil), Hasher: hasher, Users: f.users, Audit: f.audit,
 		Changes: ch, Ledger: led, Live: f.live, Metrics: f.metrics, CORSOrigins: o.origins,
-		MetricsToken: o.metricsToken, MaxBody: o.maxBody})
+		MetricsToken: o.metricsToken, MaxBody: o.maxBody, PrometheusURL: o.promURL,
+		PrometheusTimeout: o.promTimeout})
 	if _, _, err := f.users.Bootstrap(context.Background(), "admin", adminPassword); err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,7 @@ func (s *server) table() []route {
 		{get, v1 + "/metrics", viewer, s.metricsOverview},
 		{get, v1 + "/metrics/apps/:id", viewer, s.metricsApp},
 		{get, v1 + "/metrics/connections", viewer, s.metricsConnections},
+		{get, v1 + "/metrics/history", viewer, s.metricsHistory},
 
 		{get, v1 + "/nodes", viewer, s.listNodes},
 		{get, v1 + "/alerts", viewer, s.listAlerts},

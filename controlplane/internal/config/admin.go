@@ -27,6 +27,7 @@ const (
 	EnvLoginMaxUser  = "TOLLGATE_LOGIN_MAX_USER" // login attempts per account per window (5)
 	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"   // failed logins per client address per window (20)
 	EnvLoginWindow   = "TOLLGATE_LOGIN_WINDOW"   // login limit window (15m)
+	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL" // Prometheus answering the console's history (none)
 )
 
 // Admin configures the admin API.
@@ -46,6 +47,7 @@ type Admin struct {
 	LoginMaxIP    int
 	LoginWindow   time.Duration
 	MinSecretSize int
+	PrometheusURL string // empty: no history ranges (the console says Prometheus is absent)
 }
 
 // DefaultAdmin are the admin API settings without environment overrides.
@@ -78,6 +80,14 @@ func adminFromEnv(getenv func(string) string) (Admin, []error) {
 	a.MetricsToken = getenv(EnvMetricsToken)
 	if a.MetricsToken != "" && len(a.MetricsToken) < 32 {
 		errs = append(errs, fmt.Errorf("%s: want at least 32 bytes", EnvMetricsToken))
+	}
+	if v := strings.TrimSpace(getenv(EnvPrometheusURL)); v != "" {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("%s=%q: want a URL like http://127.0.0.1:9091", EnvPrometheusURL, v))
+		} else {
+			a.PrometheusURL = strings.TrimRight(v, "/")
+		}
 	}
 	origins, oerrs := parseOrigins(getenv(EnvCORSOrigins))
 	a.CORSOrigins, errs = origins, append(errs, oerrs...)
@@ -190,5 +200,6 @@ func (a Admin) LogValue() slog.Value {
 		slog.Int64("audit_maxlen", a.AuditMaxLen), slog.Duration("live_interval", a.LiveInterval),
 		slog.Int("login_max_user", a.LoginMaxUser), slog.Int("login_max_ip", a.LoginMaxIP),
 		slog.Duration("login_window", a.LoginWindow),
+		slog.String("prometheus_url", a.PrometheusURL),
 	)
 }

@@ -37,6 +37,16 @@ func TestOverrides(t *testing.T) {
 	}
 }
 
+func TestPrometheusURL(t *testing.T) {
+	c, err := FromEnv(env(map[string]string{EnvPrometheusURL: " http://127.0.0.1:9091/ "}))
+	if err != nil || c.Admin.PrometheusURL != "http://127.0.0.1:9091" {
+		t.Fatalf("FromEnv = %q, %v", c.Admin.PrometheusURL, err)
+	}
+	if c, _ := FromEnv(env(nil)); c.Admin.PrometheusURL != "" {
+		t.Fatalf("unset = %q, want absent", c.Admin.PrometheusURL)
+	}
+}
+
 func TestInvalidValuesAreAllReported(t *testing.T) {
 	cases := []struct {
 		name string
@@ -49,6 +59,8 @@ func TestInvalidValuesAreAllReported(t *testing.T) {
 		{"bad scheme", map[string]string{EnvRedisURL: "http://x:1"}, []string{EnvRedisURL}},
 		{"bad db", map[string]string{EnvRedisURL: "redis://x:1/abc"}, []string{EnvRedisURL}},
 		{"bad bool", map[string]string{EnvSeedDemo: "maybe"}, []string{EnvSeedDemo}},
+		{"prometheus not http", map[string]string{EnvPrometheusURL: "127.0.0.1:9091"}, []string{EnvPrometheusURL}},
+		{"prometheus with query", map[string]string{EnvPrometheusURL: "http://p:9091/?x=1"}, []string{EnvPrometheusURL}},
 		{"all three", map[string]string{EnvAddr: ":0", EnvRedisURL: "nope://", EnvSeedDemo: "2"},
 			[]string{EnvAddr, EnvRedisURL, EnvSeedDemo}},
 	}

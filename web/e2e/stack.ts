@@ -1,5 +1,5 @@
 // The real stack for the end-to-end run: scripts/stack.sh (redis-server, demo storage backend,
-// control plane with the embedded console, nginx gateway) on free loopback ports in a private
+// control plane with the embedded console, nginx gateway, Prometheus) on free loopback ports in a private
 // run directory, an admin password set for the run, and an API client to seed data with.
 import { execFile } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -32,7 +32,8 @@ export interface Stack {
 }
 
 export async function startStack(): Promise<Stack> {
-  const [gw, cp, redis, backend] = await Promise.all([freePort(), freePort(), freePort(), freePort()])
+  const [gw, cp, redis, backend, prom] = await Promise.all([freePort(), freePort(), freePort(), freePort(),
+    freePort()])
   const runDir = mkdtempSync(join(tmpdir(), 'tollgate-e2e-'))
   const env = {
     ...process.env,
@@ -40,6 +41,7 @@ export async function startStack(): Promise<Stack> {
     TOLLGATE_CP_ADDR: `127.0.0.1:${cp}`,
     TOLLGATE_REDIS_ADDR: `127.0.0.1:${redis}`,
     TOLLGATE_BACKEND_ADDR: `127.0.0.1:${backend}`,
+    TOLLGATE_PROMETHEUS_ADDR: `127.0.0.1:${prom}`,
     TOLLGATE_RUN_DIR: runDir,
     TOLLGATE_NODE_ID: 'gw-e2e',
     TOLLGATE_WORKERS: '1',

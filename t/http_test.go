@@ -164,6 +164,9 @@ func TestExhaustedAppGets429WithRetryAfter(t *testing.T) {
 	if !strings.Contains(h.Get("RateLimit-Policy"), "q=10") || h.Get("RateLimit") == "" {
 		t.Fatalf("IETF headers: policy %q limit %q", h.Get("RateLimit-Policy"), h.Get("RateLimit"))
 	}
+	eventually(t, "rejection counted", func() bool {
+		return s.gw().Metric(`ratelimit_rejected_total{app_id="tiny",reason="app_exhausted"}`) >= 1
+	})
 	// the deficit is at most 2 tokens at 10 tokens/s: Retry-After is 1 s, and waiting that long works
 	time.Sleep(time.Duration(ra) * time.Second)
 	if r := g.Do("DELETE", "/bucket/after", "tiny", nil, nil); r.Status != 200 {

@@ -137,6 +137,11 @@ local function price(a, op, headers)
     return p
 end
 
+-- ratelimit_rejected_total{app_id,reason} (ids are validated; reasons come from a fixed set)
+local function count_rejection(id, reason)
+    metrics.inc('ratelimit_rejected_total{app_id="' .. id .. '",reason="' .. reason .. '"}')
+end
+
 function _M.access()
     local headers = get_headers(100)
     local id = headers[app_header_lc]
@@ -189,6 +194,7 @@ function _M.access()
     if em then
         ngx.ctx.tg_label = id
         local info = { reset = em, remaining = 0 }
+        count_rejection(id, "emergency_blocked")
         return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
     end
     local covered = 0
@@ -205,6 +211,7 @@ function _M.access()
             return response.refuse(403, x, "the app is disabled")
         end
         local retry = l3.retry_after(y)
+        count_rejection(id, x)
         return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
     end
     if p.reserve > 0 and not reservation.open(a, var.uri, p.reserve) then

@@ -123,6 +123,7 @@ start_all() {
     TOLLGATE_BACKEND_ADDR=$BACKEND_ADDR start_bg backend "$repo/bin/tollgate-demo-s3"
     wait_for "demo storage backend (http://$BACKEND_ADDR)" curl -sf "http://$BACKEND_ADDR/health"
 
+    cp_log_lines=$(wc -l < "$RUN_DIR/logs/controlplane.log" 2>/dev/null || echo 0)
     TOLLGATE_CP_ADDR=$CP_ADDR TOLLGATE_REDIS_URL=$REDIS_URL TOLLGATE_PROMETHEUS_URL=$prom_url \
         TOLLGATE_METRICS_TOKEN=$METRICS_TOKEN start_bg controlplane "$repo/bin/tollgate-controlplane"
     wait_for "control plane (http://$CP_ADDR)" curl -sf "http://$CP_ADDR/health"
@@ -146,7 +147,7 @@ start_all() {
   tollgate is running
     gateway         http://$GATEWAY_ADDR        (send X-App-Id: demo-p0 … demo-p3)
     gateway metrics http://$GATEWAY_ADDR/metrics
-    control plane   http://$CP_ADDR/health
+    console + API   http://$CP_ADDR/        (user admin; health: /health)
     storage backend http://$BACKEND_ADDR
     redis           $REDIS_URL
     prometheus      $prom_note
@@ -154,6 +155,9 @@ start_all() {
 
   try: curl -i -H 'X-App-Id: demo-p1' -T README.md http://$GATEWAY_ADDR/bucket/readme
 TXT
+    # a first run on an empty Redis generates the admin password: show it to whoever started us
+    tail -n +"$((cp_log_lines + 1))" "$RUN_DIR/logs/controlplane.log" \
+        | sed -n '/first run, created the admin user/,/choose it\./p'
 }
 
 case $cmd in

@@ -123,7 +123,8 @@ start_all() {
     TOLLGATE_BACKEND_ADDR=$BACKEND_ADDR start_bg backend "$repo/bin/tollgate-demo-s3"
     wait_for "demo storage backend (http://$BACKEND_ADDR)" curl -sf "http://$BACKEND_ADDR/health"
 
-    cp_log_lines=$(wc -l < "$RUN_DIR/logs/controlplane.log" 2>/dev/null || echo 0)
+    cp_log_lines=0
+    [ -f "$RUN_DIR/logs/controlplane.log" ] && cp_log_lines=$(wc -l < "$RUN_DIR/logs/controlplane.log")
     TOLLGATE_CP_ADDR=$CP_ADDR TOLLGATE_REDIS_URL=$REDIS_URL TOLLGATE_PROMETHEUS_URL=$prom_url \
         TOLLGATE_METRICS_TOKEN=$METRICS_TOKEN start_bg controlplane "$repo/bin/tollgate-controlplane"
     wait_for "control plane (http://$CP_ADDR)" curl -sf "http://$CP_ADDR/health"

@@ -7,12 +7,12 @@ package emergency
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"tollgate/controlplane/internal/jobs"
 	"tollgate/controlplane/internal/usage"
 	"tollgate/internal/ledger"
 )
@@ -143,20 +143,11 @@ func (j *Job) Stats() Stats {
 
 // Tick expires ended emergencies and activates new ones where usage exceeds the threshold.
 func (j *Job) Tick(ctx context.Context) error {
-	clusters, err := j.cat.ListClusters(ctx)
-	if err != nil {
-		return fmt.Errorf("emergency: %w", err)
-	}
-	var errs []error
-	for _, c := range clusters {
-		if err := j.cluster(ctx, c); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	err := jobs.EachCluster(ctx, j.cat.ListClusters, "emergency", j.cluster)
 	j.mu.Lock()
 	j.stats.Runs++
 	j.mu.Unlock()
-	return errors.Join(errs...)
+	return err
 }
 
 func (j *Job) cluster(ctx context.Context, c string) error {

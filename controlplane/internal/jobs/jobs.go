@@ -4,6 +4,8 @@ package jobs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -103,4 +105,21 @@ func (r *Runner) loop(ctx context.Context, j Scheduled) {
 			r.log.Warn("job failed", "job", j.Job.Name(), "err", err, "took", time.Since(start))
 		}
 	}
+}
+
+// EachCluster calls fn for every cluster list returns, goes on after a cluster that failed, and
+// returns the failures joined (the per-cluster loop of the leader's jobs).
+func EachCluster(ctx context.Context, list func(context.Context) ([]string, error), name string,
+	fn func(context.Context, string) error) error {
+	clusters, err := list(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	var errs []error
+	for _, c := range clusters {
+		if err := fn(ctx, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

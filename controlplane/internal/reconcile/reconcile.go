@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"tollgate/controlplane/internal/jobs"
 	"tollgate/internal/ledger"
 )
 
@@ -85,20 +86,11 @@ func (j *Job) Stats() Stats {
 
 // Tick reconciles every app of every cluster, then every cluster's L1.
 func (j *Job) Tick(ctx context.Context) error {
-	clusters, err := j.cat.ListClusters(ctx)
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	var errs []error
-	for _, c := range clusters {
-		if err := j.cluster(ctx, c); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	err := jobs.EachCluster(ctx, j.cat.ListClusters, "reconcile", j.cluster)
 	j.mu.Lock()
 	j.stats.Runs++
 	j.mu.Unlock()
-	return errors.Join(errs...)
+	return err
 }
 
 func (j *Job) cluster(ctx context.Context, c string) error {

@@ -114,27 +114,28 @@ end
 
 -- Price a request: the known cost (C_base + request body), the estimate of bandwidth settled
 -- after the response (chunked upload, download) and a multipart reservation to open.
+-- Returns cost, estimate, reserve, chunked (multiple values: no table per request).
 local function price(a, op, headers)
-    local p = { cost = 0, estimate = 0, reserve = 0, chunked = false }
+    local estimate, reserve, chunked = 0, 0, false
     local bytes = 0
     local te = headers["transfer-encoding"]
     if te and te ~= "identity" then
-        p.chunked = true
+        chunked = true
     else
         bytes = tonumber(headers["content-length"]) or 0
     end
-    p.cost = CALC:calculate(op, bytes, a.c_bw)
-    if p.chunked then
-        p.estimate = CALC:bandwidth(reservation.upload_estimate(headers), a.c_bw, p.cost)
+    local cost = CALC:calculate(op, bytes, a.c_bw)
+    if chunked then
+        estimate = CALC:bandwidth(reservation.upload_estimate(headers), a.c_bw, cost)
     elseif cost_mod.DOWNLOAD[op] then
-        p.estimate = CALC:bandwidth(reservation.download_estimate(a, headers), a.c_bw, p.cost)
+        estimate = CALC:bandwidth(reservation.download_estimate(a, headers), a.c_bw, cost)
     elseif op == "MULTIPART_INIT" then
         local expected = tonumber(headers["x-tollgate-expected-size"])
         if expected and expected > 0 then
-            p.reserve = CALC:bandwidth(expected, a.c_bw, p.cost)
+            reserve = CALC:bandwidth(expected, a.c_bw, cost)
         end
     end
-    return p
+    return cost, estimate, reserve, chunked
 end
 
 -- ratelimit_rejected_total{app_id,reason} (ids are validated; reasons come from a fixed set)
@@ -188,8 +189,7 @@ function _M.access()
         return connlimit.refuse(creason)
     end
 
-    local p = price(a, op, headers)
-    local cost = p.cost
+    local cost, estimate, reserve, chunked = price(a, op, headers)
     local em = emergency.blocked(a)
     if em then
         ngx.ctx.tg_label = id
@@ -201,7 +201,7 @@ function _M.access()
     if op == "MULTIPART_UPLOAD" then
         covered = reservation.draw(a, var.uri, cost - CALC.base[op])
     end
-    local charge = cost + p.estimate + p.reserve - covered
+    local charge = cost + estimate + reserve - covered
     local ok, x, y = l3.acquire(a, charge)
     local ctx = ngx.ctx
     ctx.tg_label = id
@@ -214,15 +214,17 @@ function _M.access()
         count_rejection(id, x)
         return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
     end
-    if p.reserve > 0 and not reservation.open(a, var.uri, p.reserve) then
-        l3.refund(a, p.reserve, y)
-        p.reserve = 0
+    if reserve > 0 and not reservation.open(a, var.uri, reserve) then
+        l3.refund(a, reserve, y)
+        reserve = 0
     end
     ctx.tg_app = a
-    ctx.tg_cost = charge - p.reserve  -- what a cancellation gives back to the lease
+    ctx.tg_cost = charge - reserve  -- what a cancellation gives back to the lease
     ctx.tg_total = cost
     ctx.tg_covered = covered
-    ctx.tg_price = p
+    ctx.tg_estimate = estimate
+    ctx.tg_reserve = reserve
+    ctx.tg_chunked = chunked
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
     -- emitted by the add_header lines of nginx/tollgate_location.conf
@@ -255,19 +257,19 @@ function _M.log()
         metrics.request(label, method, status, nil)
         return
     end
-    local p, op = ctx.tg_price, ctx.tg_op
+    local op = ctx.tg_op
     local cancelled = (status == 499 or status >= 500) and not upstream_answered()
     if cancelled then
         l3.rollback(a, ctx.tg_cost, ctx.tg_source)
         reservation.undraw(a, var.uri, ctx.tg_covered)
-        if p.reserve > 0 then
+        if ctx.tg_reserve > 0 then
             reservation.close(a, var.uri)
         end
         metrics.request(label, method, status, nil)
         return
     end
     local actual = 0
-    if p.chunked then
+    if ctx.tg_chunked then
         -- nginx sets $content_length to the de-chunked size once it has read the body
         actual = CALC:bandwidth(tonumber(var.content_length) or 0, a.c_bw, ctx.tg_total)
     elseif cost_mod.DOWNLOAD[op] then
@@ -275,10 +277,10 @@ function _M.log()
         actual = CALC:bandwidth(sent, a.c_bw, ctx.tg_total)
         reservation.observe_download(a, sent)
     end
-    if p.estimate > 0 or actual > 0 then
-        reservation.settle(a, p.estimate, actual, ctx.tg_source)
+    if ctx.tg_estimate > 0 or actual > 0 then
+        reservation.settle(a, ctx.tg_estimate, actual, ctx.tg_source)
     end
-    if (op == "MULTIPART_INIT" and p.reserve > 0 and status >= 300)
+    if (op == "MULTIPART_INIT" and ctx.tg_reserve > 0 and status >= 300)
             or ((op == "MULTIPART_COMPLETE" or op == "MULTIPART_ABORT") and status < 300) then
         reservation.close(a, var.uri)
     end

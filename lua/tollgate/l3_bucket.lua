@@ -35,12 +35,14 @@ local function count_error(err)
 end
 
 -- L2 grant for app `a`: returns the script reply table, or nil, err.
+local function run_grant(red, a, want, min)
+    return scripts.run(red, SC.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1, S.node_id,
+        format("%d", want), format("%d", min))
+end
+
 local function grant(a, want, min, timeout_ms)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
-    return R:with(timeout_ms, function(red)
-        return scripts.run(red, SC.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1, S.node_id,
-            format("%d", want), format("%d", min))
-    end)
+    return R:with(timeout_ms, run_grant, a, want, min)  -- no closure per call
 end
 _M.grant = grant
 

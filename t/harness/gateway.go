@@ -70,15 +70,19 @@ func Render(t testing.TB, prefix string, listen, backend string, workers int, le
 			t.Fatal(err)
 		}
 	}
-	links := map[string]string{
-		filepath.Join(prefix, "lua", "tollgate"):   filepath.Join(repo, "lua", "tollgate"),
-		filepath.Join(prefix, "lua", "tgtest.lua"): filepath.Join(repo, "t", "nginx", "tgtest.lua"),
+	// tollgate's modules are loaded by the master (root) at start; tgtest is required by the
+	// workers (nobody), which may not be able to traverse the checkout's path: copy it
+	link := filepath.Join(prefix, "lua", "tollgate")
+	_ = os.Remove(link)
+	if err := os.Symlink(filepath.Join(repo, "lua", "tollgate"), link); err != nil {
+		t.Fatal(err)
 	}
-	for link, target := range links {
-		_ = os.Remove(link)
-		if err := os.Symlink(target, link); err != nil {
-			t.Fatal(err)
-		}
+	tg, err := os.ReadFile(filepath.Join(repo, "t", "nginx", "tgtest.lua"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(prefix, "lua", "tgtest.lua"), tg, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	tmpl, err := os.ReadFile(filepath.Join(repo, "nginx", "gateway.conf.tmpl"))
 	if err != nil {

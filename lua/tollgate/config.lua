@@ -64,6 +64,7 @@ function _M.settings(opts)
         chunked_estimate = opts.chunked_estimate or num_env("TOLLGATE_CHUNKED_ESTIMATE", 1048576),
         reservation_timeout = opts.reservation_timeout
             or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
+        jit_tune = opts.jit_tune or getenv("TOLLGATE_JIT_TUNE") or "on",
     }
     if not keys.valid_id(s.node_id) then
         error("TOLLGATE_NODE_ID must match ^[A-Za-z0-9_-]{1,128}$, got '" .. s.node_id .. "'", 0)
@@ -76,6 +77,9 @@ function _M.settings(opts)
     end
     if s.sync_interval <= 0 or s.batch_threshold < 1 or s.min_target < 1 then
         error("sync interval, batch threshold and reserve target must be positive", 0)
+    end
+    if s.jit_tune ~= "on" and s.jit_tune ~= "off" then
+        error("TOLLGATE_JIT_TUNE must be 'on' or 'off', got '" .. s.jit_tune .. "'", 0)
     end
     if s.fail_open_rate < 0 then
         error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)

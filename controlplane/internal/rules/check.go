@@ -202,7 +202,7 @@ func (c *checker) headers(h map[string]string) {
 	for _, name := range names {
 		field := "match.headers." + name
 		if !headerName(name) {
-			c.add("match.headers", "invalid_header", "header names are HTTP tokens of at most 128 bytes")
+			c.add("match.headers", "invalid_header", "header names are 1-128 characters of A-Z a-z 0-9 - _")
 			continue
 		}
 		if seen[strings.ToLower(name)] {
@@ -213,15 +213,15 @@ func (c *checker) headers(h map[string]string) {
 	}
 }
 
-// headerName: an RFC 9110 token (tchar), 1-128 bytes.
+// headerName: 1-128 bytes of A-Z a-z 0-9 - _ (the header names the gateway's rule parser
+// accepts; a narrower set than RFC 9110's tokens, which no real user-id header needs).
 func headerName(s string) bool {
 	if len(s) == 0 || len(s) > 128 {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
 		ch := s[i]
-		alnum := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
-		if !alnum && !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(ch)) {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
 			return false
 		}
 	}

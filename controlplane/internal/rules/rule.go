@@ -42,7 +42,7 @@ const (
 	MaxPath            = 512
 	MaxKeyPrefix       = 1024
 	MaxHeaderValue     = 256
-	maxInt             = 1 << 53 // integers beyond this lose precision in Lua
+	MaxLimit           = 1000000000000 // limit and burst: the gateway's bound
 )
 
 // Match selects the requests a rule applies to; every present field must match.
@@ -168,7 +168,7 @@ func BuildRule(f RuleFields, pathID string, appKnown AppExists, oldApps []string
 	c.enum("action", r.Action, Actions, "invalid_action")
 	if c.required(f.Limit != nil, "limit") {
 		r.Limit = *f.Limit
-		c.rangeInt("limit", r.Limit, 1, maxInt-1, "invalid_limit")
+		c.rangeInt("limit", r.Limit, 1, MaxLimit, "invalid_limit")
 	}
 	if c.required(f.WindowSeconds != nil, "window_seconds") {
 		r.WindowSeconds = *f.WindowSeconds
@@ -200,7 +200,7 @@ func (c *checker) burst(r *Rule) {
 			}
 			return
 		}
-		if c.rangeInt("burst", *r.Burst, 1, maxInt-1, "invalid_burst") && r.Limit >= 1 && *r.Burst < r.Limit {
+		if c.rangeInt("burst", *r.Burst, 1, MaxLimit, "invalid_burst") && r.Limit >= 1 && *r.Burst < r.Limit {
 			c.add("burst", "burst_below_limit", "burst must be at least limit (%d), got %d", r.Limit, *r.Burst)
 		}
 	case "sliding_window", "fixed_window":
@@ -232,7 +232,7 @@ func (c *checker) userKey(r Rule) {
 	case r.Scope == "user":
 		name, isHeader := cutPrefix(r.UserKey, "header:")
 		if r.UserKey != "s3_access_key" && !(isHeader && headerName(name)) {
-			c.add("user_key", "invalid_user_key", `user_key must be "header:<Name>" (an HTTP header name) or "s3_access_key"`)
+			c.add("user_key", "invalid_user_key", `user_key must be "header:<Name>" (a header name of A-Z a-z 0-9 - _) or "s3_access_key"`)
 		}
 	case r.UserKey != "":
 		c.add("user_key", "user_key_not_allowed", "user_key applies to scope user only")

@@ -102,6 +102,8 @@ func TestRuleValidationTable(t *testing.T) {
 		{"no limit", del("limit"), "", "limit", "required"},
 		{"zero limit", set("limit", 0), "", "limit", "invalid_limit"},
 		{"negative limit", set("limit", -5), "", "limit", "invalid_limit"},
+		{"limit over 1e12", set("limit", 1000000000001), "", "limit", "invalid_limit"},
+		{"header name with a dot", set("user_key", "header:X.User"), "", "user_key", "invalid_user_key"},
 		{"no window", del("window_seconds"), "", "window_seconds", "required"},
 		{"zero window", set("window_seconds", 0), "", "window_seconds", "invalid_window"},
 		{"window over a day", set("window_seconds", 86401), "", "window_seconds", "invalid_window"},

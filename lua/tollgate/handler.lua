@@ -1,7 +1,8 @@
 -- nginx phase entry points of tollgate. Everything else lives in the modules this one wires.
 --   init()        init_by_lua:        settings, scripts read from disk
 --   init_worker() init_worker_by_lua: Redis client, timers (worker 0: sync, config watch)
---   access()      access_by_lua:      identify, classify, cost, L3 acquire or 4xx
+--   access()      access_by_lua:      identify, classify, connection slot, cost, rules, L3
+--                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
 local config = require("tollgate.config")
@@ -19,6 +20,7 @@ local deg = require("tollgate.degradation")
 local emergency = require("tollgate.emergency")
 local connlimit = require("tollgate.connlimit")
 local reservation = require("tollgate.reservation")
+local rules = require("tollgate.rules")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -76,6 +78,7 @@ function _M.init_worker()
     l3.init(S, R, SC, sync)
     sync.init(S, R, SC)
     reservation.init(S, l3)
+    rules.init(S, R, SC)
     watch.init(S, R)
     connlimit.start(S, R)
     ngx.timer.every(1, function(premature)
@@ -101,6 +104,7 @@ function _M.init_worker()
         ngx.timer.every(S.sync_interval, function(premature)
             if not premature then
                 sync.tick()
+                rules.push_stats()      -- at most once a second
             end
         end)
         watch.start()
@@ -190,6 +194,19 @@ function _M.access()
     end
 
     local cost, estimate, reserve, chunked = price(a, op, headers)
+    -- rules after the connection slot and the price, before the tiers: a rule rejection
+    -- charges no tier tokens, and log() gives the slot back
+    local rule, rretry, rremaining = rules.check(a, method, headers, cost)
+    if rule then
+        ngx.ctx.tg_label = id
+        count_rejection(id, "rule_limited")
+        local retry = math.ceil(rretry)
+        if retry < 1 then
+            retry = 1
+        end
+        return response.too_many("rule_limited", cost, retry,
+            { reset = ngx.now() + retry, remaining = rremaining }, nil, rule.id)
+    end
     local em = emergency.blocked(a)
     if em then
         ngx.ctx.tg_label = id

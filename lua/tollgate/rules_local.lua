@@ -147,7 +147,7 @@ function _M.token(dict, key, r, units, now, max_delay, sleep)
     local new = tat + units * t
     local allow_at = new - tau
     local delay = allow_at - now
-    local ok = delay <= max_delay
+    local ok = delay <= max_delay + 1e-9     -- float sums of t must not cost a token
     if ok then
         -- the key lives until the bucket is full again; absent means full
         dict:set(key, new, ceil(new - now) + 1)

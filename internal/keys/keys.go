@@ -64,6 +64,12 @@ func EmergencyChannel() string { return rlPrefix + "emergency" }
 // LeaderLock is the lock held by the control-plane replica that runs the periodic jobs.
 func LeaderLock() string { return rlPrefix + "controlplane:leader" }
 
+// BreakersIndex is the hash breaker name -> JSON config read by gateways (no hash tag).
+func BreakersIndex() string { return rlPrefix + "breakers" }
+
+// EventsStream is the stream of sampled gateway events (no hash tag).
+func EventsStream() string { return rlPrefix + "events" }
+
 // Gateways is the registry of gateway nodes (no hash tag).
 func Gateways() string { return rlPrefix + "gateways" }
 

@@ -36,6 +36,8 @@ func builders() map[string]builder {
 		"conn_node_stats":   {3, func(a []string) string { return ConnNodeStats(a[0], a[1], a[2]) }},
 		"emergency_history": {1, func(a []string) string { return EmergencyHistory(a[0]) }},
 		"leader_lock":       {0, func([]string) string { return LeaderLock() }},
+		"breakers_index":    {0, func([]string) string { return BreakersIndex() }},
+		"events_stream":     {0, func([]string) string { return EventsStream() }},
 	}
 }
 

@@ -344,6 +344,20 @@ func TestRulePriorityEffectiveTimesShadow(t *testing.T) {
 		m, _ := s.rdb.HGetAll(context.Background(), keys.RuleStats()).Result()
 		return m["shadow:hits"] == "5" && m["shadow:shadowed"] == "4" && m["a-tight:blocked"] == "2"
 	})
+	// and rule_triggered events reach the stream
+	eventually(t, "rule_triggered events", func() bool {
+		es, _ := s.rdb.XRange(context.Background(), keys.EventsStream(), "-", "+").Result()
+		var shadowed, blocked bool
+		for _, e := range es {
+			if e.Values["event_type"] != "rule_triggered" {
+				continue
+			}
+			shadowed = shadowed || (e.Values["rule_id"] == "shadow" && e.Values["action_taken"] == "shadowed")
+			blocked = blocked || (e.Values["rule_id"] == "a-tight" && e.Values["action_taken"] == "blocked" &&
+				e.Values["response_code"] == "429" && e.Values["app_id"] == "demo-p0")
+		}
+		return shadowed && blocked
+	})
 }
 
 func TestRuleUnitCostChargesNoTierTokens(t *testing.T) {

@@ -66,6 +66,7 @@ function _M.settings(opts)
         chunked_estimate = opts.chunked_estimate or num_env("TOLLGATE_CHUNKED_ESTIMATE", 1048576),
         reservation_timeout = opts.reservation_timeout
             or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
+        events_per_sec = opts.events_per_sec or num_env("TOLLGATE_EVENTS_PER_SEC", 20),
     }
     local tp = opts.trusted_proxies or getenv("TOLLGATE_TRUSTED_PROXIES")
     local list, terr = ipmatch.parse_list(tp)
@@ -87,6 +88,11 @@ function _M.settings(opts)
     end
     if s.fail_open_rate < 0 then
         error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)
+    end
+    local eps = s.events_per_sec
+    if type(eps) ~= "number" or eps < 0 or eps > 100000 or eps ~= floor(eps) then
+        error("TOLLGATE_EVENTS_PER_SEC must be an integer in [0, 100000], got '"
+            .. tostring(eps) .. "'", 0)
     end
     return s
 end

@@ -11,6 +11,7 @@ local ipmatch = require("tollgate.ipmatch")
 local metrics = require("tollgate.metrics")
 local keys = require("tollgate.keys")
 local scripts = require("tollgate.scripts")
+local events = require("tollgate.events")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
@@ -135,6 +136,24 @@ local function path()
     return req.uri
 end
 
+-- rule_triggered event (contract §5); the table is built only when sampling keeps it
+local function triggered(r, action, skey, method, remaining)
+    local sampled = events.take("rule_triggered", req.app, r.id)
+    if not sampled then
+        return
+    end
+    local ua = req.headers["user-agent"]
+    events.push({
+        event_type = "rule_triggered", severity = action == "blocked" and "warning" or "info",
+        app_id = req.app, user_id = r.scope == "user" and skey or nil,
+        ip_address = (client_ip()), user_agent = type(ua) == "string" and ua or nil,
+        endpoint = var.uri, http_method = method, request_id = var.request_id,
+        rule_id = r.id, rule_type = r.algorithm, limit_value = r.limit,
+        current_usage = r.limit - (remaining or 0), action_taken = action,
+        response_code = action == "blocked" and 429 or nil, reason = "rule_limited",
+    }, sampled)
+end
+
 -- Scope key of rule r for this request, or nil when the rule does not match it.
 local function matches(r)
     local h = req.headers
@@ -224,11 +243,14 @@ function _M.check(a, method, headers, cost)
                 elseif not ok then
                     if r.action ~= "shadow" then
                         metrics.inc(r.s_act.blocked)
+                        triggered(r, "blocked", skey, method, remaining)
                         return r, retry, remaining
                     end
                     metrics.inc(r.s_act.shadowed)
+                    triggered(r, "shadowed", skey, method, remaining)
                 elseif delay > 0 or slept then
                     metrics.inc(r.s_act.throttled)
+                    triggered(r, "throttled", skey, method, remaining)
                     if delay > 0 then
                         sleep(delay)
                     end

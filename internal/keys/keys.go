@@ -75,7 +75,7 @@ func RuleStats() string { return rlPrefix + "rules:stats" }
 // of a rule's keys in one slot. Callers append their own suffix.
 func RuleCounter(rule string) string { return rlPrefix + "rule:" + tag(rule) + ":" }
 
-// BreakersIndex is the hash backend name -> circuit breaker config JSON (no hash tag).
+// BreakersIndex is the hash breaker name -> JSON config read by gateways (no hash tag).
 func BreakersIndex() string { return rlPrefix + "breakers" }
 
 // EventsStream is the stream of sampled gateway events (no hash tag).

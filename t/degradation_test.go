@@ -16,6 +16,7 @@ import (
 type health struct {
 	Redis            string `json:"redis"`
 	DegradationLevel int    `json:"degradation_level"`
+	ConfigVersion    int64  `json:"config_version"`
 }
 
 func healthOf(t *testing.T, g *harness.Gateway) health {

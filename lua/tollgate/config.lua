@@ -3,6 +3,8 @@
 -- per-worker table of parsed configs keyed by config version.
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
+local ipmatch = require("tollgate.ipmatch")
+local rules_parse = require("tollgate.rules_parse")
 
 local getenv = os.getenv
 local tonumber = tonumber
@@ -65,7 +67,14 @@ function _M.settings(opts)
         reservation_timeout = opts.reservation_timeout
             or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
         jit_tune = opts.jit_tune or getenv("TOLLGATE_JIT_TUNE") or "on",
+        events_per_sec = opts.events_per_sec or num_env("TOLLGATE_EVENTS_PER_SEC", 20),
     }
+    local tp = opts.trusted_proxies or getenv("TOLLGATE_TRUSTED_PROXIES")
+    local list, terr = ipmatch.parse_list(tp)
+    if not list then
+        error("TOLLGATE_TRUSTED_PROXIES must be comma-separated CIDRs: " .. terr, 0)
+    end
+    s.trusted_proxies = list
     if not keys.valid_id(s.node_id) then
         error("TOLLGATE_NODE_ID must match ^[A-Za-z0-9_-]{1,128}$, got '" .. s.node_id .. "'", 0)
     end
@@ -83,6 +92,11 @@ function _M.settings(opts)
     end
     if s.fail_open_rate < 0 then
         error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)
+    end
+    local eps = s.events_per_sec
+    if type(eps) ~= "number" or eps < 0 or eps > 100000 or eps ~= floor(eps) then
+        error("TOLLGATE_EVENTS_PER_SEC must be an integer in [0, 100000], got '"
+            .. tostring(eps) .. "'", 0)
     end
     return s
 end
@@ -236,6 +250,11 @@ function _M.reload(red)
             end
         end
     end
+    local rbad, rerr = rules_parse.load(red, cdict)
+    if not rbad then
+        return nil, rerr
+    end
+    bad = bad + rbad
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end

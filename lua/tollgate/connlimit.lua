@@ -13,6 +13,7 @@ local metrics = require("tollgate.metrics")
 local response = require("tollgate.response")
 local limits = require("tollgate.connlimit_config")
 local track = require("tollgate.connlimit_track")
+local events = require("tollgate.events")
 
 local dict = ngx.shared.connlimit_dict
 local var = ngx.var
@@ -66,7 +67,21 @@ local function reject(e, reason, limit, current)
     dict:incr(e.rckey, 1, 0)
     metrics.inc(reason == "app_limit_exceeded" and e.s_app or e.s_cluster)
     set_headers(limit, current)
-    return false, reason
+    return false, reason, limit, current
+end
+
+-- threshold_exceeded, once per upward crossing of 90 % of the app's limit: counts move by one,
+-- so exactly one acquire sees each value; the th:<app> marker (removed when the count falls
+-- back below 80 %) keeps a count that hovers around 90 % from firing again and again
+local function crossed(e, v)
+    if not dict:add("th:" .. e.id, true) then
+        return
+    end
+    events.emit({
+        event_type = "threshold_exceeded", severity = "warning", app_id = e.id,
+        rule_type = "connection", limit_value = e.max, current_usage = v,
+        reason = "connections_high",
+    })
 end
 
 --- Take a slot for app `a` ({id, cluster}); on success ctx remembers it for release().
@@ -107,6 +122,9 @@ function _M.acquire(a, ctx)
         return true
     end
     ctx.tg_conn, ctx.tg_conn_rid, ctx.tg_conn_e = n, rid, e
+    if v * 10 >= e.max * 9 and (v - 1) * 10 < e.max * 9 then
+        crossed(e, v)
+    end
     e.peak = raise_peak(e.pkey, v, e.peak)
     e.cpeak = raise_peak(e.pckey, c, e.cpeak)
     set_headers(e.max, v)
@@ -131,6 +149,9 @@ function _M.release(ctx)
     local v = dict:incr(e.akey, -1)
     if (v and v < 0) or (c and c < 0) then
         log(ERR, "tollgate: connection counter of ", e.id, "/", e.cluster, " below zero")
+    end
+    if v and v * 10 < e.max * 8 and (v + 1) * 10 >= e.max * 8 then
+        dict:delete("th:" .. e.id)     -- fell below 80 %: the next crossing of 90 % is news
     end
     metrics.conn_duration(held)
     return true

@@ -1,7 +1,8 @@
 -- nginx phase entry points of tollgate. Everything else lives in the modules this one wires.
 --   init()        init_by_lua:        settings, scripts read from disk
 --   init_worker() init_worker_by_lua: Redis client, timers (worker 0: sync, config watch)
---   access()      access_by_lua:      identify, classify, cost, L3 acquire or 4xx
+--   access()      access_by_lua:      identify, classify, connection slot, cost, rules, L3
+--                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
 local config = require("tollgate.config")
@@ -19,6 +20,8 @@ local deg = require("tollgate.degradation")
 local emergency = require("tollgate.emergency")
 local connlimit = require("tollgate.connlimit")
 local reservation = require("tollgate.reservation")
+local rules = require("tollgate.rules")
+local events = require("tollgate.events")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -91,7 +94,9 @@ function _M.init_worker()
     l3.init(S, R, SC, sync)
     sync.init(S, R, SC)
     reservation.init(S, l3)
+    rules.init(S, R, SC)
     watch.init(S, R)
+    events.init(S, R)
     connlimit.start(S, R)
     ngx.timer.every(1, function(premature)
         if not premature then
@@ -116,9 +121,11 @@ function _M.init_worker()
         ngx.timer.every(S.sync_interval, function(premature)
             if not premature then
                 sync.tick()
+                rules.push_stats()      -- at most once a second
             end
         end)
         watch.start()
+        events.start(1)
     end
 end
 
@@ -158,6 +165,23 @@ local function count_rejection(id, reason)
     metrics.inc('ratelimit_rejected_total{app_id="' .. id .. '",reason="' .. reason .. '"}')
 end
 
+-- request_blocked event of a rejection (the table is built only when sampling keeps it)
+local function blocked_event(id, reason, rule_type, status, limit, current)
+    local sampled = events.take("request_blocked", id, nil)
+    if not sampled then
+        return
+    end
+    local headers = get_headers(100)
+    local ua = headers["user-agent"]
+    events.push({
+        event_type = "request_blocked", severity = "warning", app_id = id,
+        ip_address = var.remote_addr, user_agent = type(ua) == "string" and ua or nil,
+        endpoint = var.uri, http_method = get_method(), request_id = var.request_id,
+        rule_type = rule_type, limit_value = limit, current_usage = current,
+        action_taken = "blocked", response_code = status, reason = reason,
+    }, sampled)
+end
+
 function _M.access()
     local headers = get_headers(100)
     local id = headers[app_header_lc]
@@ -189,6 +213,7 @@ function _M.access()
         local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
         ngx.ctx.tg_label = "_unconfigured"
         if not ok then
+            blocked_event(id, "fail_open_exhausted", "tier", 429)
             return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
         end
         return
@@ -198,18 +223,33 @@ function _M.access()
         return response.refuse(403, "app_disabled", "the app is disabled")
     end
     -- connection limiter: a slot before cost and token bucket; log() gives it back (DESIGN §6)
-    local cok, creason = connlimit.acquire(a, ngx.ctx)
+    local cok, creason, climit, ccurrent = connlimit.acquire(a, ngx.ctx)
     if not cok then
         ngx.ctx.tg_label = id
+        blocked_event(id, creason, "connection", 429, climit, ccurrent)
         return connlimit.refuse(creason)
     end
 
     local cost, estimate, reserve, chunked = price(a, op, headers)
+    -- rules after the connection slot and the price, before the tiers: a rule rejection
+    -- charges no tier tokens, and log() gives the slot back
+    local rule, rretry, rremaining = rules.check(a, method, headers, cost)
+    if rule then
+        ngx.ctx.tg_label = id
+        count_rejection(id, "rule_limited")
+        local retry = math.ceil(rretry)
+        if retry < 1 then
+            retry = 1
+        end
+        return response.too_many("rule_limited", cost, retry,
+            { reset = ngx.now() + retry, remaining = rremaining }, nil, rule.id)
+    end
     local em = emergency.blocked(a)
     if em then
         ngx.ctx.tg_label = id
         local info = { reset = em, remaining = 0 }
         count_rejection(id, "emergency_blocked")
+        blocked_event(id, "emergency_blocked", "tier", 429, nil, cost)
         return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
     end
     local covered = 0
@@ -227,6 +267,7 @@ function _M.access()
         end
         local retry = l3.retry_after(y)
         count_rejection(id, x)
+        blocked_event(id, x, "tier", 429, a.guaranteed, charge)
         return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
     end
     if reserve > 0 and not reservation.open(a, var.uri, reserve) then

@@ -25,7 +25,8 @@ end
 
 --- 429 for a request over its limit. info: {reset, remaining, retry_after}
 -- policy: {quota, window} in cost units for the IETF RateLimit-Policy header (optional).
-function _M.too_many(reason, cost, retry_after, info, policy)
+-- rule_id: the rule that refused the request (reason rule_limited).
+function _M.too_many(reason, cost, retry_after, info, policy, rule_id)
     local remaining = info.remaining or 0
     if remaining < 0 then
         remaining = 0
@@ -45,6 +46,7 @@ function _M.too_many(reason, cost, retry_after, info, policy)
         retry_after = retry_after,
         remaining = remaining,
         cost = cost,
+        rule_id = rule_id,
     })
 end
 

@@ -6,7 +6,8 @@ local format = string.format
 local concat = table.concat
 local find = string.find
 
-local _M = { names = { "l2_grant", "l3_report", "app_config", "cluster_config" } }
+local _M = { names = { "l2_grant", "l3_report", "app_config", "cluster_config",
+                         "rule_acquire", "rule_stats" } }
 
 local function hex(s)
     local out = {}

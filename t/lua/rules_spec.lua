@@ -1,0 +1,274 @@
+-- Pure logic of the rules: CIDR and client IP, path globs, rule validation, and the window
+-- math of the node algorithms on an in-memory dict with a fake clock.
+package.path = "lua/?.lua;" .. package.path
+local ipmatch = require("tollgate.ipmatch")
+local cjson = require("cjson.safe")
+
+-- the modules below only read ngx.* when called in nginx; keys needs nothing
+_G.ngx = _G.ngx or { log = function() end, ERR = 0 }
+local parse = require("tollgate.rules_parse")
+local algo = require("tollgate.rules_local")
+
+-- a shared dict with the semantics tollgate uses (incr with init and TTL, add, set, get)
+local function fake_dict(clock)
+    local d = { v = {}, exp = {} }
+    local function live(k)
+        local e = d.exp[k]
+        if e and e <= clock.t then
+            d.v[k], d.exp[k] = nil, nil
+        end
+        return d.v[k]
+    end
+    function d.get(_, k) return live(k) end
+    function d.set(_, k, v, ttl)
+        d.v[k] = v
+        d.exp[k] = (ttl and ttl > 0) and clock.t + ttl or nil
+        return true
+    end
+    function d.add(self, k, v, ttl)
+        if live(k) ~= nil then return false end
+        return self:set(k, v, ttl)
+    end
+    function d.delete(_, k) d.v[k] = nil end
+    function d.incr(self, k, n, init, ttl)
+        local v = live(k)
+        if v == nil then
+            if init == nil then return nil, "not found" end
+            self:set(k, init, ttl)
+            v = init
+        end
+        d.v[k] = v + n
+        return v + n
+    end
+    return d
+end
+
+describe("ipmatch", function()
+    it("parses IPv4 and IPv6 and maps ::ffff:a.b.c.d to IPv4", function()
+        assert.are.equal("\10\0\0\1", ipmatch.parse("10.0.0.1"))
+        assert.is_nil(ipmatch.parse("256.0.0.1"))
+        assert.is_nil(ipmatch.parse("1.2.3"))
+        assert.are.equal(16, #ipmatch.parse("2001:db8::1"))
+        assert.are.equal(ipmatch.parse("2001:db8:0:0:0:0:0:1"), ipmatch.parse("2001:db8::1"))
+        assert.are.equal(ipmatch.parse("::1"), ipmatch.parse("0:0:0:0:0:0:0:1"))
+        assert.are.equal("\10\0\0\1", ipmatch.parse("::ffff:10.0.0.1"))
+        for _, bad in ipairs({ "1::2::3", "12345::", "g::1", "1:2:3:4:5:6:7:8:9", "",
+                               "::ffff:1.2.3" }) do
+            assert.is_nil(ipmatch.parse(bad), bad)
+        end
+    end)
+
+    it("matches CIDR blocks bit by bit", function()
+        local function inside(c, a)
+            return ipmatch.contains(assert(ipmatch.parse_cidr(c)), ipmatch.parse(a))
+        end
+        assert.is_true(inside("10.0.0.0/8", "10.255.1.2"))
+        assert.is_false(inside("10.0.0.0/8", "11.0.0.1"))
+        assert.is_true(inside("192.168.4.0/22", "192.168.7.255"))
+        assert.is_false(inside("192.168.4.0/22", "192.168.8.0"))
+        assert.is_true(inside("0.0.0.0/0", "8.8.8.8"))
+        assert.is_true(inside("1.2.3.4", "1.2.3.4"))
+        assert.is_false(inside("1.2.3.4/32", "1.2.3.5"))
+        assert.is_true(inside("2001:db8::/32", "2001:db8:ffff::1"))
+        assert.is_false(inside("2001:db8::/33", "2001:db8:8000::1"))
+        assert.is_false(inside("10.0.0.0/8", "::1"))           -- families never mix
+        assert.is_true(inside("::ffff:10.0.0.0/104", "10.1.2.3"))
+        assert.is_nil(ipmatch.parse_cidr("10.0.0.0/33"))
+        assert.is_nil(ipmatch.parse_cidr("::/129"))
+        assert.is_nil(ipmatch.parse_list("10.0.0.0/8,bogus"))
+        assert.are.equal(2, #ipmatch.parse_list(" 10.0.0.0/8 , ::1/128 "))
+    end)
+
+    it("walks X-Forwarded-For from the right past trusted proxies", function()
+        local trusted = ipmatch.parse_list("10.0.0.0/8")
+        assert.are.equal("1.1.1.1", (ipmatch.client("10.0.0.1", "1.1.1.1", trusted)))
+        assert.are.equal("2.2.2.2",
+            (ipmatch.client("10.0.0.1", "1.1.1.1, 2.2.2.2, 10.0.0.9", trusted)))
+        assert.are.equal("2.2.2.2", (ipmatch.client("10.0.0.1", { "1.1.1.1", "2.2.2.2" }, trusted)))
+        -- an untrusted peer's header is ignored
+        assert.are.equal("3.3.3.3", (ipmatch.client("3.3.3.3", "1.1.1.1", trusted)))
+        assert.are.equal("3.3.3.3", (ipmatch.client("3.3.3.3", "1.1.1.1", {})))
+        -- every hop trusted: the left-most; garbage: the last trusted hop
+        assert.are.equal("10.0.0.7", (ipmatch.client("10.0.0.1", "10.0.0.7, 10.0.0.8", trusted)))
+        assert.are.equal("10.0.0.8", (ipmatch.client("10.0.0.1", "nonsense, 10.0.0.8", trusted)))
+        assert.are.equal("2001:db8::1", (ipmatch.client("10.0.0.1", "2001:db8::1", trusted)))
+    end)
+end)
+
+describe("rules_parse", function()
+    it("compiles path globs: * within a segment, ** across", function()
+        local function m(g, p) return string.find(p, parse.glob(g)) ~= nil end
+        assert.is_true(m("/photos/*/raw/*", "/photos/a/raw/b.jpg"))
+        assert.is_false(m("/photos/*/raw/*", "/photos/a/b/raw/c"))
+        assert.is_false(m("/photos/*/raw/*", "/photos/a/raw/b/c"))
+        assert.is_true(m("/logs/**", "/logs/a/b/c"))
+        assert.is_true(m("/a/**/z", "/a/b/c/z"))
+        assert.is_true(m("/a.b-c+(d)%", "/a.b-c+(d)%"))
+        assert.is_false(m("/a.b", "/aXb"))
+        assert.is_false(m("/x/*", "/x/a/"))
+    end)
+
+    it("parses RFC 3339 times", function()
+        assert.are.equal(0, parse.rfc3339("1970-01-01T00:00:00Z"))
+        assert.are.equal(1795219200, parse.rfc3339("2026-11-21T00:00:00Z"))
+        assert.are.equal(1795219200, parse.rfc3339("2026-11-21T08:00:00+08:00"))
+        assert.are.equal(1795219200.5, parse.rfc3339("2026-11-21T00:00:00.5Z"))
+        assert.is_nil(parse.rfc3339("2026-11-21"))
+        assert.is_nil(parse.rfc3339("2026-13-01T00:00:00Z"))
+    end)
+
+    local good = { id = "r1", scope = "user", user_key = "header:X-User-Id",
+                   match = { app_ids = { "demo-p1" }, methods = { "PUT" },
+                             cidrs = { "10.0.0.0/8" } },
+                   algorithm = "token_bucket", limit = 10, window_seconds = 1,
+                   action = "throttle", throttle_max_delay_ms = 200, effective_to = cjson.null }
+
+    local function with(t)
+        local c = cjson.decode(cjson.encode(good))
+        for k, v in pairs(t) do
+            c[k] = v
+        end
+        return cjson.encode(c)
+    end
+
+    it("accepts a good rule with defaults", function()
+        local r = assert(parse.parse("r1", with({})))
+        assert.are.equal(10, r.burst)
+        assert.are.equal("node", r.distribution)
+        assert.are.equal("requests", r.unit)
+        assert.are.equal(100, r.priority)
+        assert.are.equal("x-user-id", r.user_header)
+        assert.are.equal(0.2, r.max_delay)
+        assert.is_true(r.app_ids["demo-p1"])
+    end)
+
+    it("names the first bad field", function()
+        local cases = {
+            { { id = "other" }, "id" }, { { scope = "planet" }, "scope" },
+            { { user_key = "cookie:x" }, "user_key" }, { { algorithm = "leaky" }, "algorithm" },
+            { { limit = 0 }, "limit" }, { { limit = 1.5 }, "limit" },
+            { { window_seconds = 86401 }, "window_seconds" }, { { burst = 0 }, "burst" },
+            { { algorithm = "fixed_window", burst = 5 }, "burst" }, { { unit = "bytes" }, "unit" },
+            { { distribution = "cluster" }, "distribution" }, { { enabled = "yes" }, "enabled" },
+            { { effective_from = "tomorrow" }, "effective_from" },
+            { { action = "drop" }, "action" },
+            { { throttle_max_delay_ms = 5001 }, "throttle_max_delay_ms" },
+            { { match = { cidrs = { "10.0.0.0/40" } } }, "match.cidrs" },
+            { { match = { app_ids = { "a b" } } }, "match.app_ids" },
+            { { match = { methods = { "get" } } }, "match.methods" },
+            { { match = { path = "no-slash" } }, "match.path" },
+            { { match = { colour = "red" } }, "match.colour" },
+            { { match = { headers = { ["X-A"] = 1 } } }, "match.headers" },
+        }
+        for _, c in ipairs(cases) do
+            local r, field = parse.parse("r1", with(c[1]))
+            assert.is_nil(r)
+            assert.are.equal(c[2], field)
+        end
+        assert.is_nil(parse.parse("r1", "{not json"))
+    end)
+end)
+
+describe("rules_local", function()
+    local function sleep_of(clock) return function(s) clock.t = clock.t + s end end
+    local function now_of(clock) return function() return clock.t end end
+
+    it("sub-windows: 10 below 10 s, one per second up to 60, then 60", function()
+        assert.are.same({ 10, 0.1 }, { algo.sub_windows(1) })
+        assert.are.same({ 30, 1 }, { algo.sub_windows(30) })
+        assert.are.same({ 60, 1440 }, { algo.sub_windows(86400) })
+    end)
+
+    -- the window-boundary property, on random arrival times
+    local function run(fn, r, seed, steps)
+        local clock = { t = 1000 + seed * 0.37 }
+        local d = fake_dict(clock)
+        math.randomseed(seed)
+        local admitted = {}
+        for _ = 1, steps do
+            clock.t = clock.t + math.random() * r.window / r.limit * 0.5
+            local units = r.unit_cost and math.random(1, 3) or 1
+            if fn(d, "k", r, units, clock.t, 0, sleep_of(clock), now_of(clock)) then
+                admitted[#admitted + 1] = { clock.t, units }
+            end
+        end
+        return admitted
+    end
+
+    local function max_in_window(adm, w)
+        local best, j, sum = 0, 1, 0
+        for i = 1, #adm do
+            sum = sum + adm[i][2]
+            while adm[i][1] - adm[j][1] > w do
+                sum = sum - adm[j][2]
+                j = j + 1
+            end
+            if sum > best then best = sum end
+        end
+        return best
+    end
+
+    it("sliding window: no interval of window length admits more than the limit", function()
+        for seed = 1, 30 do
+            for _, w in ipairs({ 1, 7, 60, 3600 }) do
+                local r = { limit = 20, window = w, unit_cost = seed % 2 == 0 }
+                local adm = run(algo.sliding, r, seed, 600)
+                assert.is_true(max_in_window(adm, w) <= 20, "seed " .. seed .. " window " .. w)
+                assert.is_true(#adm >= 20)
+            end
+        end
+    end)
+
+    it("fixed window: admits about 2 x limit across a boundary", function()
+        local r = { limit = 20, window = 10 }
+        local clock = { t = 1009.0 }
+        local d = fake_dict(clock)
+        local n = 0
+        for _ = 1, 25 do   -- 9.0 .. 9.5 s into the window
+            clock.t = clock.t + 0.02
+            if algo.fixed(d, "k", r, 1, clock.t, 0) then n = n + 1 end
+        end
+        clock.t = 1010.01
+        for _ = 1, 25 do
+            clock.t = clock.t + 0.02
+            if algo.fixed(d, "k", r, 1, clock.t, 0) then n = n + 1 end
+        end
+        assert.are.equal(40, n)   -- within about 1.5 s of a 10 s window
+    end)
+
+    it("token bucket: burst at once, then the rate; throttle delays within the bound", function()
+        local clock = { t = 500 }
+        local d = fake_dict(clock)
+        local r = { limit = 10, window = 1, burst = 5 }
+        local n = 0
+        for _ = 1, 8 do
+            if algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)) then n = n + 1 end
+        end
+        assert.are.equal(5, n)
+        local ok, _, retry = algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock))
+        local delay
+        assert.is_false(ok)
+        assert.is_true(math.abs(retry - 0.1) < 1e-9)
+        ok, delay = algo.token(d, "k", r, 1, clock.t, 0.25, sleep_of(clock))
+        assert.is_true(ok)
+        assert.is_true(math.abs(delay - 0.1) < 1e-9)
+        ok, delay = algo.token(d, "k", r, 1, clock.t, 0.25, sleep_of(clock))
+        assert.is_true(ok and math.abs(delay - 0.2) < 1e-9)
+        assert.is_false(algo.token(d, "k", r, 1, clock.t, 0.25, sleep_of(clock)))
+        clock.t = clock.t + 10          -- full again; the state entry has expired
+        assert.is_nil(d:get("k"))
+        assert.is_true(algo.token(d, "k", r, 5, clock.t, 0, sleep_of(clock)))
+        assert.is_false(algo.token(d, "k", r, 6, clock.t, 0, sleep_of(clock)))
+    end)
+
+    it("fixed window throttle takes from the next window", function()
+        local clock = { t = 99.8 }
+        local d = fake_dict(clock)
+        local r = { limit = 1, window = 1 }
+        assert.is_true(algo.fixed(d, "k", r, 1, clock.t, 0.5))
+        local ok, delay = algo.fixed(d, "k", r, 1, clock.t, 0.5)
+        assert.is_true(ok)
+        assert.is_true(math.abs(delay - 0.2) < 1e-6)
+        assert.is_false(algo.fixed(d, "k", r, 1, clock.t, 0.5))
+    end)
+end)

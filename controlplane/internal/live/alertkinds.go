@@ -114,10 +114,7 @@ func connectionAlerts(s *Snapshot) []Alert {
 	var out []Alert
 	high := func(cur, limit int64) bool { return cur > 0 && float64(cur) >= ConnHighRatio*float64(limit) }
 	for _, a := range s.Apps {
-		limit := a.ConnMax
-		if limit <= 0 {
-			limit = DefaultAppConns
-		}
+		limit := a.ConnLimit()
 		if high(a.ConnNodeCurrent, limit) {
 			out = append(out, cond("connections_high", a.ID, "warning",
 				"app %s: %d of %d connections in flight on gateway %s (alert at %.0f%%)",
@@ -125,10 +122,7 @@ func connectionAlerts(s *Snapshot) []Alert {
 		}
 	}
 	for _, c := range s.Clusters {
-		limit := c.ConnMax
-		if limit <= 0 {
-			limit = DefaultClusterConns
-		}
+		limit := c.ConnLimit()
 		if high(c.ConnNodeCurrent, limit) {
 			out = append(out, cond("connections_high", "cluster:"+c.ID, "warning",
 				"cluster %s: %d of %d connections in flight on gateway %s (alert at %.0f%%)",
@@ -136,4 +130,22 @@ func connectionAlerts(s *Snapshot) []Alert {
 		}
 	}
 	return out
+}
+
+// ConnLimit is the app's connection limit per node: its max_connections, else the gateway's
+// default.
+func (a AppState) ConnLimit() int64 {
+	if a.ConnMax > 0 {
+		return a.ConnMax
+	}
+	return DefaultAppConns
+}
+
+// ConnLimit is the cluster's connection limit per node: its max_connections, else the
+// gateway's default.
+func (c ClusterState) ConnLimit() int64 {
+	if c.ConnMax > 0 {
+		return c.ConnMax
+	}
+	return DefaultClusterConns
 }

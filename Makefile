@@ -31,6 +31,8 @@ down:
 
 lint: deps
 	luacheck -q lua t/lua t/nginx redis-scripts
+	promtool check rules deploy/prometheus/tollgate-alerts.yml
+	promtool test rules deploy/prometheus/tollgate-alerts_test.yml
 	@test -z "$$(gofmt -l controlplane demo internal t bench sim *.go)" || { gofmt -l controlplane demo internal t bench sim *.go; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 

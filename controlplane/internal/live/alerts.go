@@ -15,11 +15,39 @@ import (
 	"tollgate/internal/keys"
 )
 
-// Alert thresholds.
+// Alert thresholds (rules contract §9; the README's "Alerts" section lists them, and
+// deploy/prometheus/tollgate-alerts.yml states the same conditions for Prometheus).
 const (
-	DriftAlert        = 0.05 // DESIGN §3: drift bar
-	RedisSlowAlert    = 100 * time.Millisecond
+	DriftAlert     = 0.05 // DESIGN §3: drift bar
+	RedisSlowAlert = 100 * time.Millisecond
+
+	BlockRateAlert       = 0.10            // blocked / requests above this …
+	BlockRateWindow      = 5 * time.Minute // … over this window …
+	BlockRateMinRequests = 100             // … with at least this many requests
+
+	SpikeFactor      = 5.0              // request rate over SpikeWindow >= this × the baseline …
+	SpikeWindow      = time.Minute      // …
+	SpikeBaseline    = 30 * time.Minute // … the rate over the SpikeBaseline before SpikeWindow …
+	SpikeMinBaseline = 1.0              // … which is at least this many requests per second …
+	SpikeMinSpan     = 10 * time.Minute // … and covers at least this much history
+
+	ConnHighRatio       = 0.90 // in flight on one node >= this × the app's or cluster's limit
+	DefaultAppConns     = 1000 // the gateway's default limits (TOLLGATE_CONN_APP_LIMIT, …
+	DefaultClusterConns = 5000 // … TOLLGATE_CONN_CLUSTER_LIMIT) when Redis sets none
+
+	LeakWindow     = 5 * time.Minute   // connections_leaked while a node's leak counter grew within this
+	CleanupStalled = 120 * time.Second // a fresh node's last connection cleanup older than this
+
+	DegradedWarning  = 1 // node_degraded: a gateway's degradation level >= this is a warning …
+	DegradedCritical = 3 // … and >= this critical (fail-open)
+
 	resolvedRetention = 24 * time.Hour
+)
+
+// history kept for the windowed alerts, and the spacing of its points
+const (
+	trafficKeep = SpikeBaseline + SpikeWindow + time.Minute
+	trafficStep = 5 * time.Second
 )
 
 // ErrAlertNotFound: no alert with that id.
@@ -40,9 +68,11 @@ type Alert struct {
 	ResolvedAt     int64  `json:"resolved_at,omitempty"`
 }
 
+// alertID is "<kind>-<resource>" when that is a valid id (the ack route takes only those),
+// else the kind and a hash of the resource.
 func alertID(kind, resource string) string {
 	id := kind + "-" + resource
-	if len(id) > 128 {
+	if !keys.ValidID(id) {
 		sum := sha256.Sum256([]byte(resource))
 		id = kind + "-" + hex.EncodeToString(sum[:16])
 	}
@@ -54,8 +84,9 @@ func cond(kind, resource, severity, format string, args ...any) Alert {
 		Message: fmt.Sprintf(format, args...), Active: true}
 }
 
-// evaluate lists the conditions that hold in s (prev, if any, is the snapshot before).
-func evaluate(s, prev *Snapshot) []Alert {
+// evaluate lists the conditions that hold in s (prev, if any, is the snapshot before; tr has
+// observed s).
+func evaluate(s, prev *Snapshot, tr *traffic) []Alert {
 	var out []Alert
 	for _, c := range s.Clusters {
 		if c.Emergency {
@@ -73,9 +104,9 @@ func evaluate(s, prev *Snapshot) []Alert {
 				n.NodeID, time.Unix(n.LastSeen, 0).UTC().Format(time.RFC3339)))
 			continue
 		}
-		if n.DegradationLevel != nil && *n.DegradationLevel > 0 {
+		if n.DegradationLevel != nil && *n.DegradationLevel >= DegradedWarning {
 			sev := "warning"
-			if *n.DegradationLevel == 3 {
+			if *n.DegradationLevel >= DegradedCritical {
 				sev = "critical"
 			}
 			out = append(out, cond("node_degraded", n.NodeID, sev, "gateway %s at degradation level %d",
@@ -98,6 +129,9 @@ func evaluate(s, prev *Snapshot) []Alert {
 				a.ID, a.ConnRejected-p.ConnRejected))
 		}
 	}
+	out = append(out, trafficAlerts(s, tr)...)
+	out = append(out, nodeAlerts(s, tr)...)
+	out = append(out, connectionAlerts(s)...)
 	if s.RedisLatency > RedisSlowAlert {
 		out = append(out, cond("redis_slow", "controlplane", "warning", "Redis answered the control plane in %s",
 			s.RedisLatency.Round(time.Millisecond)))

@@ -64,7 +64,7 @@ func (c *collector) collect(ctx context.Context, now time.Time) (*Snapshot, erro
 	if err != nil {
 		return nil, err
 	}
-	if snap.Apps, err = c.apps(ctx, apps, snap.Nodes); err != nil {
+	if snap.Apps, err = c.apps(ctx, now, apps, snap.Nodes); err != nil {
 		return nil, err
 	}
 	if snap.Clusters, err = c.clusters(ctx, snap.Apps); err != nil {
@@ -99,9 +99,10 @@ type appCmds struct {
 	l2     *redis.SliceCmd
 	leases *redis.MapStringStringCmd
 	nodes  *redis.StringSliceCmd
+	conn   *redis.SliceCmd
 }
 
-func (c *collector) apps(ctx context.Context, apps []store.App, nodes []Node) ([]AppState, error) {
+func (c *collector) apps(ctx context.Context, now time.Time, apps []store.App, nodes []Node) ([]AppState, error) {
 	cmds := make([]appCmds, len(apps))
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, a := range apps {
@@ -111,6 +112,7 @@ func (c *collector) apps(ctx context.Context, apps []store.App, nodes []Node) ([
 				l2:     p.HMGet(ctx, keys.L2(a.ClusterID, a.AppID), "current_tokens", "borrowed", "debt"),
 				leases: p.HGetAll(ctx, keys.Leases(a.ClusterID, a.AppID)),
 				nodes:  p.ZRange(ctx, keys.Nodes(a.ClusterID, a.AppID), 0, -1),
+				conn:   p.HMGet(ctx, keys.ConnConfig(a.ClusterID, a.AppID), "max_connections"),
 			}
 		}
 		return nil
@@ -129,17 +131,22 @@ func (c *collector) apps(ctx context.Context, apps []store.App, nodes []Node) ([
 			s.L2Tokens, s.Borrowed, s.Debt = fnum(l2[0]), num(l2[1]), num(l2[2])
 		}
 		s.L3Held, s.ActiveNodes = leaseHeld(cmds[i].leases.Val())
+		if v := cmds[i].conn.Val(); len(v) == 1 {
+			s.ConnMax = num(v[0])
+		}
 		reporters[i] = cmds[i].nodes.Val()
 		out[i] = s
 	}
-	return out, c.connections(ctx, out, reporters, nodes)
+	return out, c.connections(ctx, now, out, reporters, nodes)
 }
 
-// connections sums the connection statistics every node reported per app (Req 19.7).
-func (c *collector) connections(ctx context.Context, apps []AppState, reporters [][]string, nodes []Node) error {
+// connections sums the connection statistics every node reported per app (Req 19.7), and
+// keeps the busiest fresh node of each app (limits apply per node).
+func (c *collector) connections(ctx context.Context, now time.Time, apps []AppState, reporters [][]string, nodes []Node) error {
 	type ref struct {
-		app int
-		cmd *redis.SliceCmd
+		app  int
+		node string
+		cmd  *redis.SliceCmd
 	}
 	var refs []ref
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -154,7 +161,8 @@ func (c *collector) connections(ctx context.Context, apps []AppState, reporters 
 				}
 			}
 			for n := range ids {
-				refs = append(refs, ref{i, p.HMGet(ctx, keys.ConnNodeStats(a.Cluster, a.ID, n), "current", "peak", "rejected")})
+				refs = append(refs, ref{i, n, p.HMGet(ctx, keys.ConnNodeStats(a.Cluster, a.ID, n),
+					"current", "peak", "rejected", "last_seen")})
 			}
 		}
 		return nil
@@ -163,11 +171,18 @@ func (c *collector) connections(ctx context.Context, apps []AppState, reporters 
 		return fmt.Errorf("live: connection stats: %w", err)
 	}
 	for _, r := range refs {
-		if v := r.cmd.Val(); len(v) == 3 {
+		if v := r.cmd.Val(); len(v) == 4 {
 			a := &apps[r.app]
-			a.ConnCurrent += num(v[0])
+			cur := num(v[0])
+			a.ConnCurrent += cur
 			a.ConnPeak += num(v[1])
 			a.ConnRejected += num(v[2])
+			if seen := num(v[3]); seen > 0 && now.Sub(time.Unix(seen, 0)) <= StaleAfter {
+				a.nodeConn = append(a.nodeConn, nodeCount{r.node, cur})
+				if cur > a.ConnNodeCurrent {
+					a.ConnNodeCurrent, a.ConnNode = cur, r.node
+				}
+			}
 		}
 	}
 	return nil
@@ -206,11 +221,20 @@ func (c *collector) clusters(ctx context.Context, apps []AppState) ([]ClusterSta
 		if v := conn[i].Val(); len(v) == 1 {
 			cs.ConnMax = num(v[0])
 		}
+		perNode := map[string]int64{}
 		for _, a := range apps {
 			if a.Cluster == id {
 				cs.ConnCurrent += a.ConnCurrent
 				cs.ConnPeak += a.ConnPeak
 				cs.ConnRejected += a.ConnRejected
+				for _, nc := range a.nodeConn {
+					perNode[nc.node] += nc.n
+				}
+			}
+		}
+		for node, n := range perNode {
+			if n > cs.ConnNodeCurrent || (n == cs.ConnNodeCurrent && node < cs.ConnNode) {
+				cs.ConnNodeCurrent, cs.ConnNode = n, node
 			}
 		}
 		out = append(out, cs)

@@ -43,6 +43,7 @@ type Service struct {
 	mu    sync.RWMutex
 	snap  *Snapshot
 	hist  *history
+	tr    *traffic
 	pings []time.Duration
 	down  bool
 }
@@ -59,7 +60,7 @@ func New(o Options) *Service {
 		o.Logger = slog.Default()
 	}
 	return &Service{o: o, col: newCollector(o.Redis, o.Catalog, o.L1, o.PoolSize),
-		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory()}
+		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory(), tr: newTraffic()}
 }
 
 // Interval is the collection period.
@@ -105,13 +106,15 @@ func (s *Service) Refresh(ctx context.Context) error {
 	s.mu.Lock()
 	prev := s.hist.prev
 	s.hist.observe(snap)
+	s.tr.observe(snap)
+	conds := evaluate(snap, prev, s.tr)
 	s.snap, s.down = snap, false
 	s.pings = append(s.pings, snap.RedisLatency)
 	if len(s.pings) > pingSamples {
 		s.pings = s.pings[len(s.pings)-pingSamples:]
 	}
 	s.mu.Unlock()
-	changed, err := s.alerts.sync(ctx, now, evaluate(snap, prev))
+	changed, err := s.alerts.sync(ctx, now, conds)
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,9 @@ type ClusterState struct {
 	ConnRejected    int64   `json:"connections_rejected"`
 	RequestRate     float64 `json:"request_rate"`
 	CostRate        float64 `json:"cost_rate"`
+	// the busiest fresh node: limits are enforced per node
+	ConnNodeCurrent int64  `json:"-"`
+	ConnNode        string `json:"-"`
 }
 
 // AppState is one app: L2 and L3 tokens, totals and rates from the node reports, drift,
@@ -67,6 +70,16 @@ type AppState struct {
 	ConnCurrent  int64   `json:"connections_active"`
 	ConnPeak     int64   `json:"connections_peak"`
 	ConnRejected int64   `json:"connections_rejected"`
+	ConnMax      int64   `json:"max_connections,omitempty"` // 0: the gateway default
+	// the busiest fresh node: limits are enforced per node
+	ConnNodeCurrent int64       `json:"-"`
+	ConnNode        string      `json:"-"`
+	nodeConn        []nodeCount // in flight per fresh node
+}
+
+type nodeCount struct {
+	node string
+	n    int64
 }
 
 // Node is one gateway as it announces itself in ratelimit:gateways.
@@ -80,6 +93,13 @@ type Node struct {
 	L3HitRatio       *float64 `json:"l3_hit_ratio"`
 	Stale            bool     `json:"stale"`
 	ConfigCurrent    bool     `json:"config_current"`
+	// rules contract §6 (absent from older gateways)
+	RequestsTotal      *int64                   `json:"requests_total,omitempty"`
+	BlockedTotal       *int64                   `json:"blocked_total,omitempty"`
+	Apps               map[string]NodeAppCounts `json:"-"`
+	Breakers           map[string]BreakerState  `json:"breakers,omitempty"`
+	ConnLeakedTotal    *int64                   `json:"conn_leaked_total,omitempty"`
+	ConnCleanupLastRun *int64                   `json:"conn_cleanup_last_run,omitempty"`
 }
 
 // StaleAfter: a node that has not announced itself for this long is reported stale (it
@@ -109,6 +129,7 @@ func parseNode(field, doc string, now time.Time, version int64, validID func(str
 		lvl := int(*d)
 		n.DegradationLevel = &lvl
 	}
+	applyReport(&n, doc, validID)
 	n.Stale = now.Sub(time.Unix(n.LastSeen, 0)) > StaleAfter
 	n.ConfigCurrent = n.ConfigVersion == version
 	return n, true

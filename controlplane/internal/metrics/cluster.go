@@ -33,6 +33,7 @@ func defs() []metricDef {
 		{"tollgate_cluster_connections_active", "Connections in flight, summed over nodes.", clusterLabels},
 		{"tollgate_cluster_connections_rejected_total", "Rejected connections, summed over nodes.", clusterLabels},
 		{"tollgate_cluster_request_rate", "Requests per second of the cluster's apps.", clusterLabels},
+		{"tollgate_cluster_connections_limit", "Connection limit of the cluster per gateway node.", clusterLabels},
 		{"tollgate_l2_tokens", "Tokens in the app's L2 bucket.", appLabels},
 		{"tollgate_l3_tokens", "Tokens leased to gateway nodes and not yet used.", appLabels},
 		{"tollgate_app_requests_total", "Requests reported by the gateways.", appLabels},
@@ -45,11 +46,14 @@ func defs() []metricDef {
 		{"tollgate_app_connections_active", "Connections in flight, summed over nodes.", appLabels},
 		{"tollgate_app_connections_peak", "Sum of the nodes' connection peaks.", appLabels},
 		{"tollgate_app_connections_rejected_total", "Rejected connections, summed over nodes.", appLabels},
+		{"tollgate_app_connections_limit", "Connection limit of the app per gateway node.", appLabels},
 		{"tollgate_gateway_degradation_level", "Degradation level a gateway reports (0-3).", nodeLabels},
 		{"tollgate_gateway_redis_latency_seconds", "Redis latency a gateway measures.", nodeLabels},
 		{"tollgate_gateway_l3_hit_ratio", "Local lease hit ratio a gateway reports.", nodeLabels},
 		{"tollgate_gateway_last_seen_timestamp_seconds", "Last announcement of a gateway.", nodeLabels},
 		{"tollgate_gateway_config_current", "1 when the gateway runs the current config version.", nodeLabels},
+		{"tollgate_gateway_conn_leaked_total", "Leaked connection slots a gateway force-released since it started.", nodeLabels},
+		{"tollgate_gateway_conn_cleanup_last_run_timestamp_seconds", "Last run of a gateway's connection cleanup.", nodeLabels},
 	}
 }
 
@@ -90,6 +94,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		g("tollgate_cluster_connections_active", float64(cl.ConnCurrent), cl.ID)
 		k("tollgate_cluster_connections_rejected_total", float64(cl.ConnRejected), cl.ID)
 		g("tollgate_cluster_request_rate", cl.RequestRate, cl.ID)
+		g("tollgate_cluster_connections_limit", float64(cl.ConnLimit()), cl.ID)
 	}
 	for _, a := range s.Apps {
 		g("tollgate_l2_tokens", a.L2Tokens, a.ID, a.Cluster)
@@ -104,6 +109,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		g("tollgate_app_connections_active", float64(a.ConnCurrent), a.ID, a.Cluster)
 		g("tollgate_app_connections_peak", float64(a.ConnPeak), a.ID, a.Cluster)
 		k("tollgate_app_connections_rejected_total", float64(a.ConnRejected), a.ID, a.Cluster)
+		g("tollgate_app_connections_limit", float64(a.ConnLimit()), a.ID, a.Cluster)
 	}
 	for _, n := range s.Nodes {
 		if n.DegradationLevel != nil {
@@ -117,6 +123,12 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		g("tollgate_gateway_last_seen_timestamp_seconds", float64(n.LastSeen), n.NodeID)
 		g("tollgate_gateway_config_current", b2f(n.ConfigCurrent), n.NodeID)
+		if n.ConnLeakedTotal != nil {
+			k("tollgate_gateway_conn_leaked_total", float64(*n.ConnLeakedTotal), n.NodeID)
+		}
+		if n.ConnCleanupLastRun != nil {
+			g("tollgate_gateway_conn_cleanup_last_run_timestamp_seconds", float64(*n.ConnCleanupLastRun), n.NodeID)
+		}
 	}
 }
 

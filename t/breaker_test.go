@@ -3,6 +3,7 @@ package t
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -239,5 +240,119 @@ func TestBreaker01StateMachine(t *testing.T) {
 	if blocked := s.eventsOf("request_blocked", "brk-fresh"); len(blocked) == 0 ||
 		blocked[0]["rule_type"] != "breaker" || blocked[0]["response_code"] != "503" {
 		t.Errorf("request_blocked events of circuit refusals: %v", blocked)
+	}
+}
+
+// per_app: one app's failures open its own breaker only.
+func TestBreaker02PerAppIsolation(t *testing.T) {
+	s := newStack(t, stackOptions{apps: appsOf(app("brk-bad", 10000, 20000), app("brk-good", 10000, 20000))})
+	g := s.gw()
+	s.putBreaker("default", breakerCfg(map[string]any{"per_app": true, "open_timeout_ms": 60000}))
+	for i := 0; i < 4; i++ {
+		if r := g.Do("GET", "/b/o?code=500", "brk-bad", nil, nil); r.Status != 500 {
+			t.Fatalf("failing request: %d %s", r.Status, r.Body)
+		}
+	}
+	waitBreaker(t, g, "default/brk-bad", "open", 4)
+	if r := g.Do("GET", "/b/o", "brk-bad", nil, nil); !isCircuitOpen(t, r, "default") {
+		t.Fatalf("brk-bad's breaker is open: %d %s", r.Status, r.Body)
+	}
+	for i := 0; i < 5; i++ {
+		if r := g.Do("GET", "/b/o", "brk-good", nil, nil); r.Status != 200 {
+			t.Fatalf("brk-good must not be refused by brk-bad's breaker: %d %s", r.Status, r.Body)
+		}
+	}
+	b := waitBreaker(t, g, "default/brk-good", "closed", 5)
+	if b.Failures != 0 {
+		t.Fatalf("brk-good's breaker: %+v", b)
+	}
+	if v := g.Metric(`ratelimit_circuit_state{backend="default"}`); v != 2 {
+		t.Fatalf("ratelimit_circuit_state{backend} is the worst of its breakers: %v", v)
+	}
+	eventually(t, "circuit_opened of brk-bad", func() bool { return len(s.eventsOf("circuit_opened", "brk-bad")) == 1 })
+}
+
+// No trip below min_requests, however many of the requests failed.
+func TestBreaker03MinRequests(t *testing.T) {
+	s := newStack(t, stackOptions{apps: appsOf(app("brk-min", 10000, 20000))})
+	g := s.gw()
+	s.putBreaker("default", breakerCfg(map[string]any{"min_requests": 8}))
+	for i := 1; i <= 8; i++ {
+		if r := g.Do("GET", "/b/o?code=503", "brk-min", nil, nil); r.Status != 503 || isCircuitOpen(t, r, "default") {
+			t.Fatalf("request %d: want the backend's 503, got %d %s", i, r.Status, r.Body)
+		}
+		if i < 8 {
+			if b := waitBreaker(t, g, "default", "closed", int64(i)); b.Failures != int64(i) {
+				t.Fatalf("after %d failures: %+v", i, b)
+			}
+		}
+	}
+	waitBreaker(t, g, "default", "open", 8)
+}
+
+// Statuses outside failure_statuses are successes; the ratio counts them.
+func TestBreaker04NonFailureStatuses(t *testing.T) {
+	s := newStack(t, stackOptions{apps: appsOf(app("brk-st", 10000, 20000))})
+	g := s.gw()
+	s.putBreaker("default", breakerCfg(map[string]any{"failure_statuses": []int{503},
+		"failure_ratio": 0.5}))
+	for _, code := range []int{500, 404, 502, 500, 504, 403} {
+		if r := g.Do("GET", "/b/o?code="+strconv.Itoa(code), "brk-st", nil, nil); r.Status != code {
+			t.Fatalf("backend status %d passed through as %d", code, r.Status)
+		}
+	}
+	if b := waitBreaker(t, g, "default", "closed", 6); b.Failures != 0 {
+		t.Fatalf("statuses outside failure_statuses counted as failures: %+v", b)
+	}
+	// 5 failures of 11 requests: ratio 0.45 < 0.5 keeps it closed, the 6th (6 of 12) opens it
+	for i := 1; i <= 5; i++ {
+		g.Do("GET", "/b/o?code=503", "brk-st", nil, nil)
+	}
+	if b := waitBreaker(t, g, "default", "closed", 11); b.Failures != 5 {
+		t.Fatalf("after 5 failures: %+v", b)
+	}
+	g.Do("GET", "/b/o?code=503", "brk-st", nil, nil)
+	waitBreaker(t, g, "default", "open", 12)
+}
+
+// A backend nobody listens on: nginx's 502 counts as a failure even when 502 is not in
+// failure_statuses; a location names its backend with $tollgate_backend.
+func TestBreaker05ConnectErrorsAndNamedBackends(t *testing.T) {
+	s := newStack(t, stackOptions{apps: appsOf(app("brk-c", 10000, 20000))})
+	g := s.gw()
+	s.putBreaker("dead", breakerCfg(map[string]any{"failure_statuses": []int{500},
+		"min_requests": 2, "failure_threshold": 2, "open_timeout_ms": 60000}))
+	s.putBreaker("named", breakerCfg(nil))
+	do := func(path string) *harness.Response {
+		req, _ := http.NewRequest("GET", g.TestURL+path, nil)
+		req.Header.Set("X-App-Id", "brk-c")
+		resp, err := g.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b []byte
+		b, _ = io.ReadAll(resp.Body)
+		return &harness.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	}
+	for i := 0; i < 2; i++ {
+		if r := do("/_dead/o"); r.Status != 502 {
+			t.Fatalf("connect error: %d %s", r.Status, r.Body)
+		}
+	}
+	waitBreaker(t, g, "dead", "open", 2)
+	if r := do("/_dead/o"); !isCircuitOpen(t, r, "dead") {
+		t.Fatalf("open breaker of backend dead: %d %s", r.Status, r.Body)
+	}
+	// other backends are not affected; the named one counts its own requests
+	if r := do("/_named/o"); r.Status != 200 {
+		t.Fatalf("backend named: %d %s", r.Status, r.Body)
+	}
+	if r := g.Do("GET", "/b/o", "brk-c", nil, nil); r.Status != 200 {
+		t.Fatalf("default backend: %d %s", r.Status, r.Body)
+	}
+	waitBreaker(t, g, "named", "closed", 1)
+	if _, ok := breakersOf(g)["default"]; ok {
+		t.Fatal("no breaker is configured for backend default")
 	}
 }

@@ -356,3 +356,27 @@ func TestBreaker05ConnectErrorsAndNamedBackends(t *testing.T) {
 		t.Fatal("no breaker is configured for backend default")
 	}
 }
+
+// A damaged config keeps the last good one on the node and counts a config error.
+func TestBreaker06DamagedConfigKeepsLastGood(t *testing.T) {
+	s := newStack(t, stackOptions{apps: appsOf(app("brk-dmg", 10000, 20000))})
+	g := s.gw()
+	s.putBreaker("default", breakerCfg(map[string]any{"min_requests": 2, "failure_threshold": 2}))
+	errs := g.Metric("ratelimit_config_errors_total")
+	ctx := context.Background()
+	pipe := s.rdb.TxPipeline()
+	pipe.HSet(ctx, keys.BreakersIndex(), "default", `{"name":"default","window_ms":"soon"}`)
+	ver := pipe.Incr(ctx, keys.ConfigVersion())
+	pipe.Publish(ctx, keys.ConfigChannel(), "breaker")
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.waitVersion(ver.Val())
+	if e := g.Metric("ratelimit_config_errors_total"); e <= errs {
+		t.Fatalf("config errors %v -> %v after a damaged breaker", errs, e)
+	}
+	for i := 0; i < 2; i++ {
+		g.Do("GET", "/b/o?code=500", "brk-dmg", nil, nil)
+	}
+	waitBreaker(t, g, "default", "open", 2)
+}

@@ -2,6 +2,7 @@ package t
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/internal/keys"
+	"tollgate/t/harness"
 )
 
 // streamEvents reads the whole event stream, oldest first.
@@ -141,5 +143,86 @@ func TestEvents02SamplingCapsAndAddsUp(t *testing.T) {
 	}
 	if len(s.streamEvents()) >= blocked {
 		t.Errorf("%d entries for %d rejections: nothing was sampled", len(s.streamEvents()), blocked)
+	}
+}
+
+// The node report in ratelimit:gateways carries cumulative totals, breakers and the leak
+// cleanup's figures, and they move.
+func TestEvents03NodeReport(t *testing.T) {
+	s := newStack(t, stackOptions{apps: appsOf(app("nr-small", 5, 5))})
+	g := s.gw()
+	s.putBreaker("default", breakerCfg(nil))
+	type report struct {
+		RequestsTotal      *int64                                       `json:"requests_total"`
+		BlockedTotal       *int64                                       `json:"blocked_total"`
+		Apps               map[string]struct{ Requests, Blocked int64 } `json:"apps"`
+		Breakers           map[string]brkState                          `json:"breakers"`
+		ConnLeakedTotal    *int64                                       `json:"conn_leaked_total"`
+		ConnCleanupLastRun *int64                                       `json:"conn_cleanup_last_run"`
+	}
+	read := func() report {
+		var r report
+		raw, err := s.rdb.HGet(context.Background(), keys.Gateways(), "node-1").Result()
+		if err == nil {
+			_ = json.Unmarshal([]byte(raw), &r)
+		}
+		return r
+	}
+	sent, blocked := 0, 0
+	for i := 0; i < 60; i++ {
+		sent++
+		if g.Do("GET", "/b/o", "nr-small", nil, nil).Status == 429 {
+			blocked++
+		}
+	}
+	if blocked == 0 {
+		t.Fatal("no rejection at 5/s")
+	}
+	var r report
+	harness.Eventually(t, 20*time.Second, "node report with the requests", func() bool {
+		r = read()
+		return r.Apps["nr-small"].Requests == int64(sent)
+	})
+	if r.RequestsTotal == nil || *r.RequestsTotal < int64(sent) || r.BlockedTotal == nil ||
+		*r.BlockedTotal < int64(blocked) || r.Apps["nr-small"].Blocked != int64(blocked) {
+		t.Fatalf("report totals: %+v, want %d requests, %d blocked", r, sent, blocked)
+	}
+	if r.ConnLeakedTotal == nil || r.ConnCleanupLastRun == nil ||
+		time.Since(time.Unix(*r.ConnCleanupLastRun, 0)) > 10*time.Minute {
+		t.Fatalf("report connection fields: %+v", r)
+	}
+	if b, ok := r.Breakers["default"]; !ok || b.State != "closed" {
+		t.Fatalf("report breakers: %+v", r.Breakers)
+	}
+	before := *r.RequestsTotal
+	g.Do("GET", "/b/o", "nr-small", nil, nil)
+	harness.Eventually(t, 20*time.Second, "requests_total to move", func() bool {
+		r = read()
+		return r.RequestsTotal != nil && *r.RequestsTotal > before
+	})
+}
+
+// threshold_exceeded once when an app's in-flight requests cross 90 % of its limit.
+func TestEvents04ThresholdExceeded(t *testing.T) {
+	s := connStack(t, 2, nil)
+	g := s.gw()
+	s.appLimits("demo-p2", 10, 10)
+	h := newHolder(t, g)
+	done := h.start("demo-p2", "th", 10)
+	eventually(t, "10 requests held", func() bool { return connStateOf(g, "demo-p2").AppCurrent == 10 })
+	h.unhold("th")
+	for r := range done {
+		if r.err != nil || r.status != 200 {
+			t.Fatalf("held request: %v %d", r.err, r.status)
+		}
+	}
+	var evs []map[string]any
+	eventually(t, "threshold_exceeded event", func() bool {
+		evs = s.eventsOf("threshold_exceeded", "demo-p2")
+		return len(evs) > 0
+	})
+	if len(evs) != 1 || evs[0]["limit_value"] != "10" || evs[0]["current_usage"] != "9" ||
+		evs[0]["rule_type"] != "connection" {
+		t.Fatalf("threshold_exceeded events: %v", evs)
 	}
 }

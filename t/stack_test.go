@@ -156,7 +156,17 @@ func jsonDecode(resp *http.Response, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+// eventually polls cond for up to 10 s; explain (optional) logs the state when it fails.
+func eventually(t *testing.T, what string, cond func() bool, explain ...func()) {
 	t.Helper()
+	ok := false
+	defer func() {
+		if !ok {
+			for _, f := range explain {
+				f()
+			}
+		}
+	}()
 	harness.Eventually(t, 10*time.Second, what, cond)
+	ok = true
 }

@@ -28,6 +28,7 @@ type Options struct {
 type Server struct {
 	store  *storage
 	nextID atomic.Uint64
+	fail   failure
 }
 
 // New returns an empty backend.
@@ -38,7 +39,9 @@ func New(o Options) *Server {
 	if o.MaxTotalSize <= 0 {
 		o.MaxTotalSize = DefaultMaxTotalSize
 	}
-	return &Server{store: newStorage(o.MaxObjectSize, o.MaxTotalSize)}
+	s := &Server{store: newStorage(o.MaxObjectSize, o.MaxTotalSize)}
+	s.fail.left = -1
+	return s
 }
 
 // ServeHTTP routes a request by path shape and query, as S3 does.
@@ -49,7 +52,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/health":
 		s.health(w, r)
 		return
-	case "/_demo/blob":
+	case "/_demo/fail", "/_demo/heal":
+		s.fail.admin(w, r, r.URL.Path == "/_demo/heal")
+		return
+	}
+	if status := s.fail.next(); status != 0 {
+		writeError(w, r, newError(status, failCode(status), "Failing on command (/_demo/fail)."))
+		return
+	}
+	if r.URL.Path == "/_demo/blob" {
 		s.blob(w, r)
 		return
 	}

@@ -5,6 +5,7 @@ local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
 local ipmatch = require("tollgate.ipmatch")
 local rules_parse = require("tollgate.rules_parse")
+local breaker_config = require("tollgate.breaker_config")
 
 local getenv = os.getenv
 local tonumber = tonumber
@@ -147,6 +148,13 @@ local cache = {}
 local cache_n = 0
 local cache_version = nil
 local CACHE_MAX = 20000
+local on_generation = {}    -- functions(generation) of per-worker state compiled from config
+
+--- Call fn(generation) whenever this worker starts using a new config generation (on the
+-- request path, before the request that noticed it is served).
+function _M.on_generation(fn)
+    on_generation[#on_generation + 1] = fn
+end
 
 --- The parsed config of app `id` if this worker has it at hand (the hot path's first try: a
 -- hit needs no id validation, since only valid ids are ever cached as known apps).
@@ -167,6 +175,9 @@ function _M.app(id)
         cache = {}
         cache_n = 0
         cache_version = v
+        for i = 1, #on_generation do
+            on_generation[i](v)
+        end
     end
     local a = cache[id]
     if a ~= nil then
@@ -255,6 +266,11 @@ function _M.reload(red)
         return nil, rerr
     end
     bad = bad + rbad
+    local bbad, berr = breaker_config.reload(red, cdict)
+    if not bbad then
+        return nil, berr
+    end
+    bad = bad + bbad
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end

@@ -6,7 +6,8 @@
 -- An app may use burst_connections beyond max_connections only while its cluster has headroom:
 -- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
 -- connlimit_dict counters: ca:<app> / cc:<cluster> in flight, pa: / pc: peaks (pa:<app>:<n>
--- markers), ra: / rc: rejected, la:<app> force-released.
+-- markers), ra: / rc: rejected, la:<app> force-released, th:<app> above 90 % since the last
+-- threshold_exceeded event; node totals leaked_total and cleanup_last_run (Unix s).
 local keys = require("tollgate.keys")
 local config = require("tollgate.config")
 local metrics = require("tollgate.metrics")
@@ -30,7 +31,6 @@ local _M = {
     set_app_limits = limits.set_app_limits,
     set_cluster_limits = limits.set_cluster_limits,
     refresh = limits.refresh,
-    cleanup = track.cleanup,
 }
 
 local entry = limits.entry
@@ -167,6 +167,7 @@ local function leaked(app, cluster)
     dict:incr("cc:" .. cluster, -1)
     dict:incr("ca:" .. app, -1)
     dict:incr("la:" .. app, 1, 0)
+    dict:incr("leaked_total", 1, 0)
     metrics.inc(format('connlimit_leaked_total{app_id="%s",cluster_id="%s"}', app, cluster))
 end
 
@@ -180,6 +181,18 @@ function _M.state(id, cluster)
         cluster_rejected = dict:get(e.rckey) or 0,
         max = e.max, burst = e.burst, cluster_max = e.cmax, headroom = e.headroom,
     }
+end
+
+--- One leak cleanup run (track.cleanup), remembered as the node's last run.
+function _M.cleanup(budget)
+    local leaked_n, work = track.cleanup(budget)
+    dict:set("cleanup_last_run", floor(now()))
+    return leaked_n, work
+end
+
+--- Node report: slots force-released since the node started, Unix time of the last cleanup.
+function _M.leak_stats()
+    return dict:get("leaked_total") or 0, dict:get("cleanup_last_run") or 0
 end
 
 -- Timers -------------------------------------------------------------------------------
@@ -253,7 +266,8 @@ function _M.start(settings, client)
     metrics.add_gauges(gauges)
     every(S.heartbeat, track.heartbeat)
     if ngx.worker.id() == 0 then
-        every(S.cleanup_interval, function() track.cleanup() end)
+        dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now
+        every(S.cleanup_interval, function() _M.cleanup() end)
         every(S.stats_interval, report)
         every(S.config_ttl, function() _M.refresh("ttl") end)
     end

@@ -2,7 +2,8 @@
 -- entries per second leave this node, the occurrences beyond that are counted per
 -- (event_type, app_id, rule_id) and folded into the `sampled` field of the next entry of the
 -- same kind. Entries wait in the tollgate_events dict (a list) until worker 0 moves them to the
--- Redis stream `ratelimit:events` about every second (XADD MAXLEN ~ 100000, pipelined).
+-- Redis stream `ratelimit:events` about every second (XADD MAXLEN ~ 100000, pipelined); while
+-- Redis fails they wait, and what the full queue cannot take is dropped and counted.
 -- tollgate_events keys: q (the queue), r:<unix s> (entries queued in that second),
 -- f:<type>:<app>:<rule> (occurrences folded since the last entry of that kind).
 local cjson = require("cjson.safe")
@@ -162,15 +163,28 @@ local function send(red, batch)
     return #batch - bad, err
 end
 
---- Worker 0, about every second: move the queue to the stream. Entries that Redis did not
--- take are dropped and counted.
+-- Put entries Redis did not take back at the head of the queue, oldest first; what does not
+-- fit is dropped.
+local function requeue(raw)
+    local lost = 0
+    for i = #raw, 1, -1 do
+        local len = edict:llen(Q) or 0
+        if len >= MAX_QUEUE or not edict:lpush(Q, raw[i]) then
+            lost = lost + 1
+        end
+    end
+    return lost
+end
+
+--- Worker 0, about every second: move the queue to the stream. Entries wait in the queue while
+-- Redis cannot take them; they are dropped (and counted) when the queue is full.
 function _M.drain()
     if not R then
         return 0
     end
     local sent = 0
     for _ = 1, MAX_QUEUE / BATCH do
-        local batch = {}
+        local batch, raw = {}, {}
         for _ = 1, BATCH do
             local v = edict:lpop(Q)
             if not v then
@@ -179,6 +193,7 @@ function _M.drain()
             local e = decode(v)
             if type(e) == "table" then
                 batch[#batch + 1] = e
+                raw[#raw + 1] = v
             else
                 dropped(1)
             end
@@ -188,8 +203,12 @@ function _M.drain()
         end
         local ok, err = R:with(BG_MS, send, batch)
         if not ok then
-            dropped(#batch)
-            log(WARN, "tollgate: ", #batch, " events dropped: ", err)
+            local lost = requeue(raw)
+            if lost > 0 then
+                dropped(lost)
+            end
+            log(WARN, "tollgate: events not written (", #raw - lost, " kept, ", lost,
+                " dropped): ", err)
             break
         end
         if ok < #batch then

@@ -22,6 +22,7 @@ local connlimit = require("tollgate.connlimit")
 local reservation = require("tollgate.reservation")
 local rules = require("tollgate.rules")
 local events = require("tollgate.events")
+local breaker = require("tollgate.breaker")
 
 local cjson = require("cjson.safe")
 local get_headers = ngx.req.get_headers
@@ -222,6 +223,14 @@ function _M.access()
         ngx.ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
     end
+    -- circuit breaker of the location's backend: refused before anything is charged
+    local bok, backend, bretry = breaker.check(id, ngx.ctx)
+    if not bok then
+        ngx.ctx.tg_label = id
+        metrics.blocked(id)
+        blocked_event(id, "circuit_open", "breaker", 503)
+        return response.unavailable(backend, bretry)
+    end
     -- connection limiter: a slot before cost and token bucket; log() gives it back (DESIGN §6)
     local cok, creason, climit, ccurrent = connlimit.acquire(a, ngx.ctx)
     if not cok then
@@ -298,6 +307,9 @@ function _M.log()
     local ctx = ngx.ctx
     if ctx.tg_conn then
         connlimit.release(ctx)      -- connection limiter first, whatever answered the request
+    end
+    if ctx.tg_brk then
+        breaker.record(ctx)         -- the backend's answer (or failure) feeds its breaker
     end
     local label = ctx.tg_label
     if not label then

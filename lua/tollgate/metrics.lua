@@ -52,6 +52,10 @@ local HELP = {
     connlimit_rejected_total = { "counter", "Requests refused by the connection limiter." },
     connlimit_leaked_total = { "counter", "Slots of lost requests force-released by cleanup." },
     connlimit_duration_seconds = { "histogram", "Time requests held a connection slot." },
+    ratelimit_circuit_state = { "gauge", "Breaker by backend: 0 closed, 1 half-open, 2 open." },
+    ratelimit_circuit_rejected_total = { "counter", "Requests refused by an open breaker." },
+    ratelimit_circuit_transitions_total = { "counter", "Breaker state changes by target state." },
+    ratelimit_events_dropped_total = { "counter", "Event entries lost (queue full, Redis down)." },
 }
 
 -- per-worker accumulators
@@ -65,6 +69,7 @@ local other = {}         -- series -> n (rare events)
 local conn_b = {}        -- connection slot hold times
 local conn_sum, conn_n = 0, 0
 local gauge_sources = {} -- functions adding gauges read at scrape time
+local extra_blocked = {} -- app -> refusals that are not 429s (circuit breaker 503s)
 
 for i = 1, #COST_BUCKETS + 1 do cost_b[i] = 0 end
 for i = 1, #LATENCY_BUCKETS + 1 do lat_b[i] = 0 end
@@ -117,6 +122,11 @@ function _M.conn_duration(sec)
     conn_n = conn_n + 1
 end
 
+--- Count a refusal that is not a 429 (those are counted by status) in the node totals.
+function _M.blocked(app)
+    extra_blocked[app] = (extra_blocked[app] or 0) + 1
+end
+
 --- Register fn(gauges), called at every render to add gauges read at scrape time.
 function _M.add_gauges(fn)
     gauge_sources[#gauge_sources + 1] = fn
@@ -145,16 +155,37 @@ local function flush_hist(name, buckets, b, sum, n)
     add(name .. "\0count", n)
 end
 
+-- cumulative node totals of the node report (keys with \0 are never rendered)
+local NODE_REQ, NODE_BLK = "node\0req\0", "node\0blk\0"
+local NOT_APPS = { _invalid = true, _unknown = true, _unconfigured = true }
+
 --- Move this worker's accumulators into the shared dict.
 function _M.flush()
+    local total, blk_total = 0, 0
     for app, ms in pairs(req) do
+        local n_app, blk = 0, extra_blocked[app] or 0
+        extra_blocked[app] = nil
         for method, ss in pairs(ms) do
             for status, n in pairs(ss) do
                 add(format('ratelimit_requests_total{app_id="%s",method="%s",status="%d"}',
                     app, method, status), n)
+                n_app = n_app + n
+                if status == 429 then
+                    blk = blk + n
+                end
             end
         end
+        add(NODE_REQ .. app, n_app)
+        add(NODE_BLK .. app, blk)
+        total, blk_total = total + n_app, blk_total + blk
     end
+    for app, n in pairs(extra_blocked) do     -- refusals whose request is not yet logged
+        add(NODE_BLK .. app, n)
+        blk_total = blk_total + n
+    end
+    extra_blocked = {}
+    add(NODE_REQ, total)
+    add(NODE_BLK, blk_total)
     req = {}
     flush_hist("ratelimit_request_cost", COST_BUCKETS, cost_b, cost_sum, cost_n)
     cost_sum, cost_n = 0, 0
@@ -236,6 +267,20 @@ function _M.render(gauges)
     end
     out[#out + 1] = ""
     return concat(out, "\n")
+end
+
+--- Cumulative totals of this node since it started: requests, blocked, {app = {requests,
+-- blocked}} (apps only, not the "_invalid"/"_unknown"/"_unconfigured" labels).
+function _M.node_totals()
+    local apps = {}
+    local lr = #NODE_REQ
+    for _, k in ipairs(mdict:get_keys(0)) do
+        local app = sub(k, lr + 1)
+        if sub(k, 1, lr) == NODE_REQ and app ~= "" and not NOT_APPS[app] then
+            apps[app] = { requests = mdict:get(k) or 0, blocked = mdict:get(NODE_BLK .. app) or 0 }
+        end
+    end
+    return mdict:get(NODE_REQ) or 0, mdict:get(NODE_BLK) or 0, apps
 end
 
 --- Local hit ratio of this node from the flushed counters.

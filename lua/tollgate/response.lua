@@ -23,6 +23,13 @@ function _M.refuse(status, reason, message)
                           reason = reason, message = message })
 end
 
+--- 503 for a request an open circuit breaker refuses (never charged).
+function _M.unavailable(backend, retry_after)
+    header["Retry-After"] = retry_after
+    return send(503, { error = "service_unavailable", reason = "circuit_open", backend = backend,
+                       retry_after = retry_after })
+end
+
 --- 429 for a request over its limit. info: {reset, remaining, retry_after}
 -- policy: {quota, window} in cost units for the IETF RateLimit-Policy header (optional).
 -- rule_id: the rule that refused the request (reason rule_limited).

@@ -6,6 +6,7 @@ local emergency = require("tollgate.emergency")
 local deg = require("tollgate.degradation")
 local metrics = require("tollgate.metrics")
 local connlimit = require("tollgate.connlimit")
+local breaker = require("tollgate.breaker")
 local keys = require("tollgate.keys")
 local cjson = require("cjson.safe")
 
@@ -50,6 +51,10 @@ local function poll(premature)
         local t = now()
         if t - last_announce >= ANNOUNCE_EVERY then
             last_announce = t
+            metrics.flush()
+            local requests, blocked, apps = metrics.node_totals()
+            local breakers = breaker.report()
+            local leaked, cleanup_run = connlimit.leak_stats()
             local ok, herr = red:hset(keys.gateways(), S.node_id, cjson.encode({
                 node_id = S.node_id,
                 last_seen = math.floor(t),
@@ -58,6 +63,12 @@ local function poll(premature)
                 degradation_level = deg.level(),
                 redis_latency_ms = deg.latency() * 1000,
                 l3_hit_ratio = metrics.hit_ratio(),
+                requests_total = requests,
+                blocked_total = blocked,
+                apps = next(apps) and apps or cjson.empty_table,
+                breakers = next(breakers) and breakers or cjson.empty_table,
+                conn_leaked_total = leaked,
+                conn_cleanup_last_run = cleanup_run,
             }))
             if not ok then
                 return nil, herr    -- e.g. READONLY: the connection must not be pooled

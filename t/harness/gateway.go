@@ -130,8 +130,11 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 	if err := os.MkdirAll(filepath.Dir(extraPath), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	extra := strings.ReplaceAll(string(testConf), "@TEST_LISTEN@",
-		"127.0.0.1:"+strconv.Itoa(testPort))
+	// DeadAddr: a port nothing listens on (FreePort closed it), for connect errors
+	deadPort := FreePort(t)
+	extra := strings.NewReplacer("@TEST_LISTEN@", "127.0.0.1:"+strconv.Itoa(testPort),
+		"@REPO@", RepoRoot(), "@DEAD_ADDR@", "127.0.0.1:"+strconv.Itoa(deadPort),
+	).Replace(string(testConf))
 	if err := os.WriteFile(extraPath, []byte(extra), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -202,6 +202,50 @@ function actions.conn_held()
     reply({ now = cdict:get("test:hold:" .. name) or 0, max = max })
 end
 
+-- The backend fails on command: /_t/fail?status=503[&count=N][&ratio=R] makes it answer
+-- `status` (to the next N requests, or to a share R of them, or to all until /_t/heal).
+-- /_t/backend_hits counts the requests the backend served.
+local tdict = ngx.shared.config_dict
+
+function actions.fail()
+    local status = tonumber(ngx.var.arg_status) or 503
+    tdict:set("test:fail:status", status)
+    tdict:set("test:fail:left", tonumber(ngx.var.arg_count) or -1)
+    tdict:set("test:fail:ratio", tonumber(ngx.var.arg_ratio) or 1)
+    reply({ status = status })
+end
+
+function actions.heal()
+    tdict:delete("test:fail:status")
+    reply({ ok = true })
+end
+
+function actions.breakers()
+    reply(require("tollgate.breaker").report())
+end
+
+function actions.backend_hits()
+    reply({ hits = tdict:get("test:backend:hits") or 0 })
+end
+
+local function failing()
+    local status = tdict:get("test:fail:status")
+    if not status then
+        return nil
+    end
+    if (tdict:get("test:fail:left") or -1) >= 0 then
+        local n = tdict:incr("test:fail:left", -1)
+        if not n or n < 0 then
+            return nil
+        end
+        return status
+    end
+    if math.random() < (tdict:get("test:fail:ratio") or 1) then
+        return status
+    end
+    return nil
+end
+
 function _M.handle()
     local name = ngx.var.uri:match("^/_t/([%w_]+)$")
     local fn = name and actions[name]
@@ -212,15 +256,17 @@ function _M.handle()
     return fn()
 end
 
--- The storage backend: ?size=N answers N bytes, ?ms=N waits first, ?code=N answers that status.
+-- The storage backend: ?size=N answers N bytes, ?ms=N waits first, ?code=N answers that status
+-- (so does every request while /_t/fail is in force).
 function _M.backend()
     ngx.req.discard_body()
+    tdict:incr("test:backend:hits", 1, 0)
     local args = ngx.req.get_uri_args()
     local ms = tonumber(args.ms)
     if ms then
         ngx.sleep(ms / 1000)
     end
-    local code = tonumber(args.code)
+    local code = tonumber(args.code) or failing()
     if code then
         return ngx.exit(code)
     end

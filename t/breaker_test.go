@@ -45,24 +45,6 @@ func (s *stack) putBreaker(name string, cfg map[string]any) {
 	s.waitVersion(ver.Val())
 }
 
-func (s *stack) waitVersion(v int64) {
-	s.t.Helper()
-	for _, g := range s.gws {
-		eventually(s.t, "config version "+strconv.FormatInt(v, 10), func() bool {
-			resp, err := http.Get(g.URL + "/health")
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			var h struct {
-				ConfigVersion int64 `json:"config_version"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&h)
-			return h.ConfigVersion >= v
-		})
-	}
-}
-
 // waitBreaker polls the node until breaker key is in state `state` after `requests` outcomes
 // (requests < 0: any count).
 func waitBreaker(t *testing.T, g *harness.Gateway, key, state string, requests int64) brkState {

@@ -10,12 +10,12 @@ import (
 	"testing"
 )
 
-// The quick mode end to end against real redis-server, nginx and wrk: the table has the four
+// The quick mode end to end against real redis-server, nginx and wrk: the table has the five
 // variants, each served requests and answered nothing but 2xx, and the lease-based gateway asks
 // Redis far less often than the Redis-per-request limiter. No timing is asserted (DESIGN §10).
 func TestQuickRunEndToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts redis-server, four nginx and wrk (about 20 s)")
+		t.Skip("starts redis-server, five nginx and wrk (about 25 s)")
 	}
 	for _, bin := range []string{"redis-server", "nginx", "wrk"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -30,7 +30,8 @@ func TestQuickRunEndToEnd(t *testing.T) {
 	}
 	t.Logf("\n%s", stdout.String())
 
-	want := []string{"(a) plain", "(b) tollgate", "(c) redis-per-request", "(d) limit_req"}
+	want := []string{"(a) plain", "(b) tollgate", "(c) redis-per-request", "(d) limit_req",
+		"(e) empty-lua-phases"}
 	if len(rep.Rows) != len(want) {
 		t.Fatalf("%d rows, want %d", len(rep.Rows), len(want))
 	}

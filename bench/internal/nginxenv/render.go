@@ -61,8 +61,11 @@ func Render(v Variant, l Layout) (string, error) {
 }
 
 func templateName(k Kind) string {
-	if k == LimitReq {
+	switch k {
+	case LimitReq:
 		return "limit_req.conf.tmpl"
+	case EmptyLua:
+		return "empty_lua.conf.tmpl"
 	}
 	return "plain.conf.tmpl"
 }

@@ -64,7 +64,8 @@ end
 
 --- Recompile this worker's breakers from config_dict (on every new config generation).
 function _M.compile(generation)
-    compiled_gen = generation    local n, t = 0, {}
+    compiled_gen = generation
+    local n, t = 0, {}
     for name, c in pairs(breaker_config.loaded(cdict)) do
         if c.enabled then
             t[name] = compile(c)

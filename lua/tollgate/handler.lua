@@ -219,22 +219,23 @@ function _M.access()
         end
         return
     end
+    local ctx = ngx.ctx     -- one lookup: every ctx access is a metamethod and an FFI call
     if not a.enabled then
-        ngx.ctx.tg_label = id
+        ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
     end
     -- circuit breaker of the location's backend: refused before anything is charged
-    local bok, backend, bretry = breaker.check(id, ngx.ctx)
+    local bok, backend, bretry = breaker.check(id, ctx)
     if not bok then
-        ngx.ctx.tg_label = id
+        ctx.tg_label = id
         metrics.blocked(id)
         blocked_event(id, "circuit_open", "breaker", 503)
         return response.unavailable(backend, bretry)
     end
     -- connection limiter: a slot before cost and token bucket; log() gives it back (DESIGN §6)
-    local cok, creason, climit, ccurrent = connlimit.acquire(a, ngx.ctx)
+    local cok, creason, climit, ccurrent = connlimit.acquire(a, ctx)
     if not cok then
-        ngx.ctx.tg_label = id
+        ctx.tg_label = id
         blocked_event(id, creason, "connection", 429, climit, ccurrent)
         return connlimit.refuse(creason)
     end
@@ -244,7 +245,7 @@ function _M.access()
     -- charges no tier tokens, and log() gives the slot back
     local rule, rretry, rremaining = rules.check(a, method, headers, cost)
     if rule then
-        ngx.ctx.tg_label = id
+        ctx.tg_label = id
         count_rejection(id, "rule_limited")
         local retry = math.ceil(rretry)
         if retry < 1 then
@@ -255,7 +256,7 @@ function _M.access()
     end
     local em = emergency.blocked(a)
     if em then
-        ngx.ctx.tg_label = id
+        ctx.tg_label = id
         local info = { reset = em, remaining = 0 }
         count_rejection(id, "emergency_blocked")
         blocked_event(id, "emergency_blocked", "tier", 429, nil, cost)
@@ -267,8 +268,8 @@ function _M.access()
     end
     local charge = cost + estimate + reserve - covered
     local ok, x, y = l3.acquire(a, charge)
-    local ctx = ngx.ctx
     ctx.tg_label = id
+    ctx.tg_method = method
     if not ok then
         reservation.undraw(a, var.uri, covered)
         if x == "app_disabled" then
@@ -315,7 +316,7 @@ function _M.log()
     if not label then
         return
     end
-    local method = get_method()
+    local method = ctx.tg_method or get_method()
     if not KNOWN_METHODS[method] then
         method = "OTHER"
     end

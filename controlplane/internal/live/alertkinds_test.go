@@ -246,7 +246,7 @@ func TestSpikeBaselineMath(t *testing.T) {
 	}{{2, 10, true}, {2, 9, false}, {1, 5, true}, {0, 50, false}, {10, 10, false}}
 	for _, c := range cases {
 		tr := feed(c.base, c.spike)
-		rate, base, ok := spike(tr, now)
+		rate, base, ok := spike(tr, now, AlertSettings{}.withDefaults())
 		if ok != c.want || math.Abs(rate-float64(c.spike)) > 1e-9 || math.Abs(base-float64(c.base)) > 1e-9 {
 			t.Errorf("base %d/s, last minute %d/s: spike = %.2f, %.2f, %v; want %v", c.base, c.spike, rate, base, ok, c.want)
 		}
@@ -263,7 +263,7 @@ func TestSpikeBaselineMath(t *testing.T) {
 	for i := int64(1); i <= 12; i++ {
 		tr.add(1_800_000_300+i*5, tally{req: 500})
 	}
-	if _, _, ok := spike(tr, 1_800_000_360); ok {
+	if _, _, ok := spike(tr, 1_800_000_360, AlertSettings{}.withDefaults()); ok {
 		t.Error("a spike over 5 minutes of history")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +85,19 @@ func (f *alertFeed) pushed(id string, active bool) (wsAlert, bool) {
 		}
 	}
 	return wsAlert{}, false
+}
+
+// index is the position of the first message that pushed the alert with id in the given
+// state, -1 if none.
+func (f *alertFeed) index(id string, active bool) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, m := range f.msgs {
+		if m.ID == id && m.Active == active {
+			return i
+		}
+	}
+	return -1
 }
 
 // activeAlerts is GET /api/v1/alerts (active ones) by id.
@@ -434,12 +448,95 @@ func TestAlertConnectionsLeakedAndCleanup(t *testing.T) {
 		!strings.Contains(a.Message, "force-released "+strconv.Itoa(held)+" leaked") {
 		t.Fatalf("alert %+v, want %d slots", a, held)
 	}
+	// resolved by that cleanup run (the report that shows the run shows the leak), not before
 	slowly(t, alertWait, "cleanup_stalled resolved by the cleanup run", func() bool {
 		_, ok := feed.pushed(stalled, false)
 		return ok
 	})
+	if r, l := feed.index(stalled, false), feed.index(leaked, true); r < l {
+		t.Fatalf("cleanup_stalled resolved (message %d) before the cleanup ran (leak raised, message %d)", r, l)
+	}
 	h.unhold("leak")
 	for r := range results {
 		_ = r // the killed worker's requests fail at the client, the others are answered
 	}
+}
+
+// lastSeen is the node's last report as the control plane has it (GET /api/v1/nodes), Unix s.
+func lastSeen(api *adminAPI, node string) int64 {
+	var out struct {
+		Data []struct {
+			NodeID   string `json:"node_id"`
+			LastSeen int64  `json:"last_seen"`
+		} `json:"data"`
+	}
+	api.do("GET", "/api/v1/nodes", nil, &out)
+	for _, n := range out.Data {
+		if n.NodeID == node {
+			return n.LastSeen
+		}
+	}
+	return 0
+}
+
+// traffic_spike with the windows shortened (TOLLGATE_ALERT_SPIKE_*: the last 5 s against a
+// baseline of at least 10 s, instead of 1 min against 10-30 min): an app at a steady ~4 req/s,
+// then 600 requests at once, raises the alert for that app; once the burst is out of the
+// window it resolves. The default windows are proven in controlplane/internal/live's unit tests.
+func TestAlertTrafficSpike(t *testing.T) {
+	s, api, feed := alertStackWith(t, alertOptions{cp: map[string]string{"TOLLGATE_ALERT_SPIKE_WINDOW": "5s",
+		"TOLLGATE_ALERT_SPIKE_BASELINE": "30s", "TOLLGATE_ALERT_SPIKE_MIN_HISTORY": "10s"}})
+	g := s.gw()
+	seenByControlPlane(t, api, g.NodeID)
+	since := lastSeen(api, g.NodeID)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // the steady traffic, paced by a ticker (a load shape, not a wait)
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				g.Do("GET", "/bucket/obj", "roomy", nil, nil)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	id := alertIDOf("traffic_spike", "roomy")
+	// 15 s of steady traffic in the reports: a baseline of >= 10 s that ends 5 s ago
+	slowly(t, alertWait, "15 s of steady traffic reported", func() bool { return lastSeen(api, g.NodeID) >= since+15 })
+	if a, ok := activeAlerts(api)[id]; ok {
+		t.Fatalf("steady traffic alerted: %+v", a)
+	}
+	var burst sync.WaitGroup
+	var sent, failed atomic.Int64
+	for i := 0; i < 6; i++ {
+		burst.Add(1)
+		go func() {
+			defer burst.Done()
+			for sent.Add(1) <= 600 {
+				if r := g.Do("GET", "/bucket/obj", "roomy", nil, nil); r.Status != 200 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	burst.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d of 600 burst requests refused", n)
+	}
+	a := raised(t, api, feed, id, "600 requests at once")
+	if a.Severity != "warning" || a.Resource != "roomy" || !strings.Contains(a.Message, "app roomy:") ||
+		!strings.Contains(a.Message, "over the last 5s") {
+		t.Fatalf("alert %+v", a)
+	}
+	for _, other := range []string{"tight", "demo-p1"} {
+		if a, ok := activeAlerts(api)[alertIDOf("traffic_spike", other)]; ok {
+			t.Fatalf("an app without traffic alerted: %+v", a)
+		}
+	}
+	resolved(t, api, feed, id, "the burst out of the window")
 }

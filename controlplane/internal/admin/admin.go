@@ -79,7 +79,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 	ch := changes.New(changes.Options{Store: o.Store, Validator: validate.New(cat, log, al), Ledger: led,
 		Emergency: emergency.NewManager(led, log), Audit: al, Redis: o.Redis, Catalog: cat, Logger: log})
 	lv := live.New(live.Options{Redis: o.Redis, Catalog: o.Store, L1: led, Interval: a.LiveInterval, Logger: log,
-		OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }})
+		Alerts: a.Alerts, OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }})
 	m = metrics.New(metrics.Options{AuditDropped: al.Dropped, WSClients: lv.Subscribers, Snapshot: lv.Current})
 	h := api.New(api.Options{Redis: o.Redis, Scripts: o.Scripts, Config: o.Store, Logger: log, AuthRedis: o.Redis,
 		Tokens: tokens, Sessions: auth.NewSessions(o.Redis, a.RefreshTTL, nil),

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/controlplane/internal/live"
 	"tollgate/internal/keys"
 )
 
@@ -28,6 +29,12 @@ const (
 	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"   // failed logins per client address per window (20)
 	EnvLoginWindow   = "TOLLGATE_LOGIN_WINDOW"   // login limit window (15m)
 	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL" // Prometheus answering the console's history (none)
+
+	// alert thresholds (README "Alerts")
+	EnvAlertCleanupStalled  = "TOLLGATE_ALERT_CLEANUP_STALLED"   // cleanup_stalled: last cleanup older than (120s)
+	EnvAlertSpikeWindow     = "TOLLGATE_ALERT_SPIKE_WINDOW"      // traffic_spike: recent window (1m)
+	EnvAlertSpikeBaseline   = "TOLLGATE_ALERT_SPIKE_BASELINE"    // baseline before it (30m)
+	EnvAlertSpikeMinHistory = "TOLLGATE_ALERT_SPIKE_MIN_HISTORY" // baseline history needed (10m)
 )
 
 // Admin configures the admin API.
@@ -48,13 +55,16 @@ type Admin struct {
 	LoginWindow   time.Duration
 	MinSecretSize int
 	PrometheusURL string // empty: no history ranges (the console says Prometheus is absent)
+	Alerts        live.AlertSettings
 }
 
 // DefaultAdmin are the admin API settings without environment overrides.
 func DefaultAdmin() Admin {
 	return Admin{User: "admin", AccessTTL: 15 * time.Minute, RefreshTTL: 12 * time.Hour,
 		APIRate: 20, APIBurst: 40, AuditMaxLen: 100000, LiveInterval: 5 * time.Second,
-		LoginMaxUser: 5, LoginMaxIP: 20, LoginWindow: 15 * time.Minute, MinSecretSize: 32}
+		LoginMaxUser: 5, LoginMaxIP: 20, LoginWindow: 15 * time.Minute, MinSecretSize: 32,
+		Alerts: live.AlertSettings{CleanupStalled: live.CleanupStalled, SpikeWindow: live.SpikeWindow,
+			SpikeBaseline: live.SpikeBaseline, SpikeMinHistory: live.SpikeMinSpan}}
 }
 
 // adminFromEnv reads the admin settings over the defaults and returns every error.
@@ -107,6 +117,10 @@ func adminDurations(getenv func(string) string, a *Admin) []error {
 		{EnvRefreshTTL, &a.RefreshTTL, 5 * time.Minute, 30 * 24 * time.Hour},
 		{EnvLiveInterval, &a.LiveInterval, 100 * time.Millisecond, 5 * time.Second},
 		{EnvLoginWindow, &a.LoginWindow, time.Second, 24 * time.Hour},
+		{EnvAlertCleanupStalled, &a.Alerts.CleanupStalled, time.Second, 24 * time.Hour},
+		{EnvAlertSpikeWindow, &a.Alerts.SpikeWindow, time.Second, time.Hour},
+		{EnvAlertSpikeBaseline, &a.Alerts.SpikeBaseline, time.Second, 24 * time.Hour},
+		{EnvAlertSpikeMinHistory, &a.Alerts.SpikeMinHistory, time.Second, 24 * time.Hour},
 	} {
 		v := strings.TrimSpace(getenv(d.name))
 		if v == "" {
@@ -118,6 +132,10 @@ func adminDurations(getenv func(string) string, a *Admin) []error {
 			continue
 		}
 		*d.dst = p
+	}
+	if a.Alerts.SpikeMinHistory > a.Alerts.SpikeBaseline {
+		errs = append(errs, fmt.Errorf("%s=%s: want at most %s=%s (the spike alert could never fire)",
+			EnvAlertSpikeMinHistory, a.Alerts.SpikeMinHistory, EnvAlertSpikeBaseline, a.Alerts.SpikeBaseline))
 	}
 	return errs
 }
@@ -201,5 +219,9 @@ func (a Admin) LogValue() slog.Value {
 		slog.Int("login_max_user", a.LoginMaxUser), slog.Int("login_max_ip", a.LoginMaxIP),
 		slog.Duration("login_window", a.LoginWindow),
 		slog.String("prometheus_url", a.PrometheusURL),
+		slog.Duration("alert_cleanup_stalled", a.Alerts.CleanupStalled),
+		slog.Duration("alert_spike_window", a.Alerts.SpikeWindow),
+		slog.Duration("alert_spike_baseline", a.Alerts.SpikeBaseline),
+		slog.Duration("alert_spike_min_history", a.Alerts.SpikeMinHistory),
 	)
 }

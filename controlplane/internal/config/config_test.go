@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) func(string) string {
@@ -47,6 +48,20 @@ func TestPrometheusURL(t *testing.T) {
 	}
 }
 
+func TestAlertSettings(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if a := c.Admin.Alerts; err != nil || a.CleanupStalled != 120*time.Second || a.SpikeWindow != time.Minute ||
+		a.SpikeBaseline != 30*time.Minute || a.SpikeMinHistory != 10*time.Minute {
+		t.Fatalf("defaults %+v, %v", a, err)
+	}
+	c, err = FromEnv(env(map[string]string{EnvAlertCleanupStalled: "8s", EnvAlertSpikeWindow: "5s",
+		EnvAlertSpikeBaseline: "1m", EnvAlertSpikeMinHistory: "10s"}))
+	if a := c.Admin.Alerts; err != nil || a.CleanupStalled != 8*time.Second || a.SpikeWindow != 5*time.Second ||
+		a.SpikeBaseline != time.Minute || a.SpikeMinHistory != 10*time.Second {
+		t.Fatalf("overrides %+v, %v", a, err)
+	}
+}
+
 func TestInvalidValuesAreAllReported(t *testing.T) {
 	cases := []struct {
 		name string
@@ -61,6 +76,9 @@ func TestInvalidValuesAreAllReported(t *testing.T) {
 		{"bad bool", map[string]string{EnvSeedDemo: "maybe"}, []string{EnvSeedDemo}},
 		{"prometheus not http", map[string]string{EnvPrometheusURL: "127.0.0.1:9091"}, []string{EnvPrometheusURL}},
 		{"prometheus with query", map[string]string{EnvPrometheusURL: "http://p:9091/?x=1"}, []string{EnvPrometheusURL}},
+		{"alert age below 1s", map[string]string{EnvAlertCleanupStalled: "500ms"}, []string{EnvAlertCleanupStalled}},
+		{"spike history beyond its baseline", map[string]string{EnvAlertSpikeBaseline: "5m"},
+			[]string{EnvAlertSpikeMinHistory}},
 		{"all three", map[string]string{EnvAddr: ":0", EnvRedisURL: "nope://", EnvSeedDemo: "2"},
 			[]string{EnvAddr, EnvRedisURL, EnvSeedDemo}},
 	}

@@ -7,13 +7,13 @@ import (
 )
 
 // The alert kinds of the rules contract §9 that read the node reports of §6 and the
-// connection statistics; thresholds are the constants of alerts.go.
+// connection statistics; thresholds are the constants and AlertSettings of alerts.go.
 
 // GlobalResource is the resource of the alerts about all apps together.
 const GlobalResource = "*"
 
 // trafficAlerts: block_rate_high (per app and for all apps) and traffic_spike (per app).
-func trafficAlerts(s *Snapshot, tr *traffic) []Alert {
+func trafficAlerts(s *Snapshot, tr *traffic, set AlertSettings) []Alert {
 	if tr == nil {
 		return nil
 	}
@@ -38,27 +38,27 @@ func trafficAlerts(s *Snapshot, tr *traffic) []Alert {
 			continue
 		}
 		blockRate(a.ID, "app "+a.ID, t)
-		if rate, base, ok := spike(t, now); ok {
+		if rate, base, ok := spike(t, now, set); ok {
 			out = append(out, cond("traffic_spike", a.ID, "warning",
 				"app %s: %.1f requests/s over the last %s, %.1f× its baseline of %.1f/s",
-				a.ID, rate, SpikeWindow, rate/base, base))
+				a.ID, rate, set.SpikeWindow, rate/base, base))
 		}
 	}
 	return out
 }
 
-// spike returns the request rate over the last SpikeWindow and the baseline rate over the
-// SpikeBaseline before it; ok when the rate is a spike (contract §9).
-func spike(t *track, now int64) (rate, base float64, ok bool) {
-	w, span := t.over(now, SpikeWindow)
+// spike returns the request rate over the last set.SpikeWindow and the baseline rate over the
+// set.SpikeBaseline before it; ok when the rate is a spike (contract §9).
+func spike(t *track, now int64, set AlertSettings) (rate, base float64, ok bool) {
+	w, span := t.over(now, set.SpikeWindow)
 	if span <= 0 {
 		return 0, 0, false
 	}
 	rate = float64(w.req) / float64(span)
-	end, ok1 := t.at(now - int64(SpikeWindow/time.Second))
-	start, ok2 := t.at(end.t - int64(SpikeBaseline/time.Second))
+	end, ok1 := t.at(now - int64(set.SpikeWindow/time.Second))
+	start, ok2 := t.at(end.t - int64(set.SpikeBaseline/time.Second))
 	bspan := end.t - start.t
-	if !ok1 || !ok2 || bspan < int64(SpikeMinSpan/time.Second) {
+	if !ok1 || !ok2 || bspan < int64(set.SpikeMinHistory/time.Second) {
 		return rate, 0, false
 	}
 	base = float64(end.c.req-start.c.req) / float64(bspan)
@@ -67,7 +67,7 @@ func spike(t *track, now int64) (rate, base float64, ok bool) {
 
 // nodeAlerts: circuit_open (per breaker over all nodes), connections_leaked and
 // cleanup_stalled (per fresh node).
-func nodeAlerts(s *Snapshot, tr *traffic) []Alert {
+func nodeAlerts(s *Snapshot, tr *traffic, set AlertSettings) []Alert {
 	var out []Alert
 	open := map[string][]string{} // breaker key -> "node (state)"
 	for _, n := range s.Nodes {
@@ -88,10 +88,10 @@ func nodeAlerts(s *Snapshot, tr *traffic) []Alert {
 				}
 			}
 		}
-		if r := n.ConnCleanupLastRun; r != nil && *r > 0 && s.At.Sub(time.Unix(*r, 0)) > CleanupStalled {
+		if r := n.ConnCleanupLastRun; r != nil && *r > 0 && s.At.Sub(time.Unix(*r, 0)) > set.CleanupStalled {
 			out = append(out, cond("cleanup_stalled", n.NodeID, "warning",
 				"gateway %s: connection cleanup last ran at %s (more than %s ago)",
-				n.NodeID, time.Unix(*r, 0).UTC().Format(time.RFC3339), CleanupStalled))
+				n.NodeID, time.Unix(*r, 0).UTC().Format(time.RFC3339), set.CleanupStalled))
 		}
 	}
 	keys := make([]string, 0, len(open))

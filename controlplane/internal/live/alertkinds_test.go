@@ -246,7 +246,7 @@ func TestSpikeBaselineMath(t *testing.T) {
 	}{{2, 10, true}, {2, 9, false}, {1, 5, true}, {0, 50, false}, {10, 10, false}}
 	for _, c := range cases {
 		tr := feed(c.base, c.spike)
-		rate, base, ok := spike(tr, now)
+		rate, base, ok := spike(tr, now, AlertSettings{}.withDefaults())
 		if ok != c.want || math.Abs(rate-float64(c.spike)) > 1e-9 || math.Abs(base-float64(c.base)) > 1e-9 {
 			t.Errorf("base %d/s, last minute %d/s: spike = %.2f, %.2f, %v; want %v", c.base, c.spike, rate, base, ok, c.want)
 		}
@@ -263,7 +263,7 @@ func TestSpikeBaselineMath(t *testing.T) {
 	for i := int64(1); i <= 12; i++ {
 		tr.add(1_800_000_300+i*5, tally{req: 500})
 	}
-	if _, _, ok := spike(tr, 1_800_000_360); ok {
+	if _, _, ok := spike(tr, 1_800_000_360, AlertSettings{}.withDefaults()); ok {
 		t.Error("a spike over 5 minutes of history")
 	}
 }
@@ -437,5 +437,52 @@ func TestNodeDegradedSeverities(t *testing.T) {
 		if a := got["node_degraded-n1"]; a.Severity != c.want || len(got) > 1 {
 			t.Errorf("level %d: %v, want severity %q", c.level, got, c.want)
 		}
+	}
+}
+
+// AlertSettings replace the default cleanup age and spike windows (TOLLGATE_ALERT_*).
+func TestAlertSettingsChangeTheThresholds(t *testing.T) {
+	f := newAlertFixture(t)
+	f.svc = New(Options{Redis: f.RDB, Catalog: f.Store, L1: f.Ledger, Clock: f.Clock,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Alerts: AlertSettings{CleanupStalled: 10 * time.Second, SpikeWindow: 10 * time.Second,
+			SpikeBaseline: time.Minute, SpikeMinHistory: 20 * time.Second}})
+	lastRun := f.Clock.Now().Unix()
+	var a1 int64
+	report := func() {
+		doc := counts(a1, 0, 0, 0)
+		doc["conn_cleanup_last_run"] = lastRun
+		f.report("n1", doc)
+	}
+	for i := 0; i < 2; i++ { // 10 s: not yet stalled
+		report()
+		if got := f.step(5 * time.Second); len(got) != 0 {
+			t.Fatalf("cleanup %d s old: %v", (i+1)*5, got)
+		}
+	}
+	report()
+	got := f.step(5 * time.Second)
+	if s, ok := got["cleanup_stalled-n1"]; !ok || len(got) != 1 || !strings.Contains(s.Message, "more than 10s ago") {
+		t.Fatalf("cleanup 15 s old, alert after 10 s: %v", got)
+	}
+	for i := 0; i < 6; i++ { // 30 s at 2 requests/s, the cleanup running again
+		lastRun = f.Clock.Now().Unix()
+		a1 += 10
+		report()
+		if got = f.step(5 * time.Second); len(got) != 0 {
+			t.Fatalf("steady traffic, step %d: %v", i, got)
+		}
+	}
+	for i := 0; i < 2; i++ { // 10 s at 20 requests/s
+		lastRun = f.Clock.Now().Unix()
+		a1 += 100
+		report()
+		got = f.step(5 * time.Second)
+	}
+	if s, ok := got["traffic_spike-a1"]; !ok || len(got) != 1 || !strings.Contains(s.Message, "over the last 10s") {
+		t.Fatalf("10 s at 10× a 30 s baseline, windows 10 s / 20 s: %v", got)
+	}
+	if keep := (AlertSettings{}).withDefaults().keep(); keep != trafficKeep {
+		t.Fatalf("default history %s, want %s", keep, trafficKeep)
 	}
 }

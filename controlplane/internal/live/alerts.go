@@ -16,7 +16,8 @@ import (
 )
 
 // Alert thresholds (rules contract §9; the README's "Alerts" section lists them, and
-// deploy/prometheus/tollgate-alerts.yml states the same conditions for Prometheus).
+// deploy/prometheus/tollgate-alerts.yml states the same conditions for Prometheus). The spike
+// windows and the cleanup age are defaults of AlertSettings, which a deployment may change.
 const (
 	DriftAlert     = 0.05 // DESIGN §3: drift bar
 	RedisSlowAlert = 100 * time.Millisecond
@@ -44,11 +45,38 @@ const (
 	resolvedRetention = 24 * time.Hour
 )
 
-// history kept for the windowed alerts, and the spacing of its points
+// history kept for the windowed alerts (with the default settings), and the spacing of its points
 const (
 	trafficKeep = SpikeBaseline + SpikeWindow + time.Minute
 	trafficStep = 5 * time.Second
 )
+
+// AlertSettings are the alert thresholds a deployment may change (TOLLGATE_ALERT_*, README
+// "Alerts"); a zero field takes its default constant.
+type AlertSettings struct {
+	CleanupStalled  time.Duration // cleanup_stalled: a live node's last cleanup older than this (CleanupStalled)
+	SpikeWindow     time.Duration // traffic_spike: the recent window (SpikeWindow) …
+	SpikeBaseline   time.Duration // … the baseline before it (SpikeBaseline) …
+	SpikeMinHistory time.Duration // … which covers at least this much history (SpikeMinSpan)
+}
+
+func (a AlertSettings) withDefaults() AlertSettings {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&a.CleanupStalled, CleanupStalled}, {&a.SpikeWindow, SpikeWindow}, {&a.SpikeBaseline, SpikeBaseline},
+		{&a.SpikeMinHistory, SpikeMinSpan}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	return a
+}
+
+// keep is the history the windowed alerts need.
+func (a AlertSettings) keep() time.Duration {
+	return max(BlockRateWindow, LeakWindow, a.SpikeBaseline+a.SpikeWindow) + time.Minute
+}
 
 // ErrAlertNotFound: no alert with that id.
 var ErrAlertNotFound = errors.New("alert not found")
@@ -85,8 +113,8 @@ func cond(kind, resource, severity, format string, args ...any) Alert {
 }
 
 // evaluate lists the conditions that hold in s (prev, if any, is the snapshot before; tr has
-// observed s).
-func evaluate(s, prev *Snapshot, tr *traffic) []Alert {
+// observed s) with the thresholds of set (defaults filled in).
+func evaluate(s, prev *Snapshot, tr *traffic, set AlertSettings) []Alert {
 	var out []Alert
 	for _, c := range s.Clusters {
 		if c.Emergency {
@@ -129,8 +157,8 @@ func evaluate(s, prev *Snapshot, tr *traffic) []Alert {
 				a.ID, a.ConnRejected-p.ConnRejected))
 		}
 	}
-	out = append(out, trafficAlerts(s, tr)...)
-	out = append(out, nodeAlerts(s, tr)...)
+	out = append(out, trafficAlerts(s, tr, set)...)
+	out = append(out, nodeAlerts(s, tr, set)...)
 	out = append(out, connectionAlerts(s)...)
 	if s.RedisLatency > RedisSlowAlert {
 		out = append(out, cond("redis_slow", "controlplane", "warning", "Redis answered the control plane in %s",

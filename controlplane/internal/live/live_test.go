@@ -51,7 +51,7 @@ func TestEvaluateAlerts(t *testing.T) {
 		Apps:  []AppState{{ID: "a", DriftPPM: 60000, ConnRejected: 5}}}
 	prev := &Snapshot{Apps: []AppState{{ID: "a", ConnRejected: 2}}}
 	got := map[string]string{}
-	for _, a := range evaluate(s, prev, nil) {
+	for _, a := range evaluate(s, prev, nil, AlertSettings{}.withDefaults()) {
 		got[a.ID] = a.Severity
 	}
 	want := map[string]string{"emergency-c1": "critical", "l1_exhausted-c1": "warning", "node_degraded-n1": "critical",

@@ -29,6 +29,7 @@ type Options struct {
 	PoolSize int           // of the Redis client, for the pool usage (default go-redis' default)
 	Clock    clock.Clock
 	Logger   *slog.Logger
+	Alerts   AlertSettings // thresholds a deployment may change (zero fields: the defaults)
 	// OnCollect, if set, sees every snapshot (e.g. metrics) and every collection error.
 	OnCollect func(s *Snapshot, err error)
 }
@@ -59,8 +60,9 @@ func New(o Options) *Service {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.Alerts = o.Alerts.withDefaults()
 	return &Service{o: o, col: newCollector(o.Redis, o.Catalog, o.L1, o.PoolSize),
-		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory(), tr: newTraffic()}
+		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory(), tr: newTraffic(o.Alerts.keep())}
 }
 
 // Interval is the collection period.
@@ -107,7 +109,7 @@ func (s *Service) Refresh(ctx context.Context) error {
 	prev := s.hist.prev
 	s.hist.observe(snap)
 	s.tr.observe(snap)
-	conds := evaluate(snap, prev, s.tr)
+	conds := evaluate(snap, prev, s.tr, s.o.Alerts)
 	s.snap, s.down = snap, false
 	s.pings = append(s.pings, snap.RedisLatency)
 	if len(s.pings) > pingSamples {

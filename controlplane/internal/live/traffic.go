@@ -13,6 +13,7 @@ type traffic struct {
 	apps  map[string]*track       // per app: requests, blocked
 	total *track                  // all apps: requests, blocked
 	leaks map[string]*track       // per node: leaked slots (in req)
+	keep  time.Duration           // history of each track
 }
 
 type nodeCounters struct {
@@ -30,15 +31,20 @@ type stamp struct {
 }
 
 // track is a monotonic total and its recent values, at least trafficStep apart (but for the
-// newest), over the last trafficKeep.
+// newest), over the last keep (trafficKeep when zero).
 type track struct {
-	acc tally
-	pts []stamp
+	acc  tally
+	pts  []stamp
+	keep time.Duration
 }
 
-func newTraffic() *traffic {
-	return &traffic{nodes: map[string]nodeCounters{}, apps: map[string]*track{}, total: &track{},
-		leaks: map[string]*track{}}
+// newTraffic keeps keep of history (trafficKeep when zero).
+func newTraffic(keep time.Duration) *traffic {
+	if keep <= 0 {
+		keep = trafficKeep
+	}
+	return &traffic{nodes: map[string]nodeCounters{}, apps: map[string]*track{}, total: &track{keep: keep},
+		leaks: map[string]*track{}, keep: keep}
 }
 
 func (tr *track) add(t int64, d tally) {
@@ -50,8 +56,12 @@ func (tr *track) add(t int64, d tally) {
 	} else {
 		tr.pts = append(tr.pts, stamp{t, tr.acc})
 	}
+	keep := tr.keep
+	if keep <= 0 {
+		keep = trafficKeep
+	}
 	cut := 0
-	for cut < len(tr.pts)-1 && tr.pts[cut+1].t <= t-int64(trafficKeep/time.Second) {
+	for cut < len(tr.pts)-1 && tr.pts[cut+1].t <= t-int64(keep/time.Second) {
 		cut++
 	}
 	if cut > 0 {
@@ -136,7 +146,7 @@ func (t *traffic) observe(s *Snapshot) {
 		known[a.ID] = true
 		tr := t.apps[a.ID]
 		if tr == nil {
-			tr = &track{}
+			tr = &track{keep: t.keep}
 			t.apps[a.ID] = tr
 		}
 		tr.add(now, apps[a.ID])
@@ -154,7 +164,7 @@ func (t *traffic) observe(s *Snapshot) {
 	for id := range seen {
 		tr := t.leaks[id]
 		if tr == nil {
-			tr = &track{}
+			tr = &track{keep: t.keep}
 			t.leaks[id] = tr
 		}
 		tr.add(now, tally{req: leaks[id]})

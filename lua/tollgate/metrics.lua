@@ -75,8 +75,14 @@ for i = 1, #COST_BUCKETS + 1 do cost_b[i] = 0 end
 for i = 1, #LATENCY_BUCKETS + 1 do lat_b[i] = 0 end
 for i = 1, #CONN_BUCKETS + 1 do conn_b[i] = 0 end
 
+-- The first bucket is tested before the loop: it holds most requests (cost 1, sub-10 ms slots),
+-- and a request path that never enters the loop keeps one JIT trace instead of linking into
+-- the loop's own trace and finishing in the interpreter.
 local function bucket_index(buckets, v)
-    for i = 1, #buckets do
+    if v <= buckets[1] then
+        return 1
+    end
+    for i = 2, #buckets do
         if v <= buckets[i] then
             return i
         end

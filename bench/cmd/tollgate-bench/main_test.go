@@ -56,6 +56,17 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		t.Errorf("Redis calls per 1000 requests: (b) %.2f, want < (c) %.2f / 10",
 			b.CallsPer1000, c.CallsPer1000)
 	}
+	// the rules section: 0, 10 and 100 active rules that never reject
+	if len(rep.Rules) != 3 {
+		t.Fatalf("%d rules rows, want 3 (0, 10, 100 rules)", len(rep.Rules))
+	}
+	for i, n := range []int{0, 10, 100} {
+		r := rep.Rules[i]
+		if r.Rules != n || !(r.ReqPerSec > 0) || r.Non2xx != 0 {
+			t.Errorf("rules row %d: %d rules, %v req/s, %d non-2xx; want %d rules, > 0 req/s, "+
+				"no non-2xx", i, r.Rules, r.ReqPerSec, r.Non2xx, n)
+		}
+	}
 	md, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatalf("markdown not written: %v", err)
@@ -64,5 +75,8 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		if !strings.Contains(string(md), "| "+label+" |") {
 			t.Errorf("markdown table lacks %q:\n%s", label, md)
 		}
+	}
+	if !strings.Contains(string(md), "| 100 | ") {
+		t.Errorf("markdown lacks the rules section:\n%s", md)
 	}
 }

@@ -32,6 +32,7 @@ type Report struct {
 	Meta  Meta
 	Rows  []Row
 	Goals []Goal
+	Rules []RulesRow // the rules section (empty: not measured)
 }
 
 // New summarizes the series and checks the goals.
@@ -136,6 +137,7 @@ func (r Report) Text() string {
 	for _, l := range r.footer() {
 		b.WriteString(l + "\n")
 	}
+	b.WriteString(r.rulesText())
 	return b.String()
 }
 
@@ -155,6 +157,7 @@ func (r Report) Markdown() string {
 	for _, l := range r.footer() {
 		b.WriteString("- " + l + "\n")
 	}
+	b.WriteString(r.rulesMarkdown())
 	return b.String()
 }
 

@@ -91,7 +91,16 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	if err != nil {
 		return report.Report{}, err
 	}
-	return report.New(Describe(cfg, loadStart), series), nil
+	rules, err := e.rulesSection(ctx)
+	if ctx.Err() != nil {
+		return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
+	}
+	if err != nil {
+		return report.Report{}, err
+	}
+	rep := report.New(Describe(cfg, loadStart), series)
+	rep.Rules = rules
+	return rep, nil
 }
 
 func startRedis(ctx context.Context, dir string) (*redisenv.Server, error) {

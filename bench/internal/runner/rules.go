@@ -1,0 +1,125 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"tollgate/bench/internal/nginxenv"
+	"tollgate/bench/internal/redisenv"
+	"tollgate/bench/internal/report"
+	"tollgate/bench/internal/wrk"
+	"tollgate/internal/keys"
+)
+
+// RuleCounts are the rule set sizes of the rules section.
+var RuleCounts = []int{0, 10, 100}
+
+// RuleMix describes benchRules' mix for the table.
+const RuleMix = "per 10: 4 sliding_window, 3 fixed_window, 2 token_bucket (node), " +
+	"1 sliding_window global; scopes global/app/ip/endpoint"
+
+// benchRules are n rules that match every benchmark request and never reject (limits far
+// above what two cores can send), in RuleMix's proportions.
+func benchRules(n int) []map[string]any {
+	algs := []string{"sliding_window", "sliding_window", "sliding_window", "sliding_window",
+		"fixed_window", "fixed_window", "fixed_window", "token_bucket", "token_bucket",
+		"sliding_window"}
+	scopes := []string{"global", "app", "ip", "endpoint"}
+	out := make([]map[string]any, 0, n)
+	for i := 0; i < n; i++ {
+		r := map[string]any{
+			"id": fmt.Sprintf("bench-%03d", i), "scope": scopes[i%len(scopes)],
+			"algorithm": algs[i%10], "limit": 1_000_000_000, "window_seconds": 60,
+			"unit": "requests", "distribution": "node", "priority": i, "enabled": true,
+			"action": "reject",
+			"match":  map[string]any{"app_ids": []string{redisenv.AppID}, "methods": []string{"GET"}},
+		}
+		if i%10 == 9 {
+			r["distribution"] = "global"
+		}
+		if scopes[i%len(scopes)] == "endpoint" {
+			r["match"].(map[string]any)["bucket"] = "bucket"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// putRules replaces the rule set in Redis as the control plane does (one MULTI/EXEC).
+func (e *env) putRules(ctx context.Context, n int) error {
+	rdb := e.redis.Client()
+	pipe := rdb.TxPipeline()
+	pipe.Del(ctx, keys.RulesIndex())
+	for _, r := range benchRules(n) {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		pipe.HSet(ctx, keys.RulesIndex(), r["id"], string(b))
+	}
+	pipe.Incr(ctx, keys.ConfigVersion())
+	pipe.Publish(ctx, keys.ConfigChannel(), "rules")
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// rulesSection measures (b) tollgate with 0, 10 and 100 active rules, one run each of at most
+// 5 s after a warm-up, each on a fresh nginx started after the rules were written.
+func (e *env) rulesSection(ctx context.Context) ([]report.RulesRow, error) {
+	d := e.cfg.Duration / 2
+	if d > 5*time.Second {
+		d = 5 * time.Second
+	}
+	if d < time.Second {
+		d = time.Second
+	}
+	v := nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease}
+	var rows []report.RulesRow
+	for _, n := range RuleCounts {
+		if err := e.putRules(ctx, n); err != nil {
+			return nil, fmt.Errorf("runner: rules: %w", err)
+		}
+		node, err := nginxenv.Start(ctx, nginxenv.Options{
+			Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
+			Prefix:   filepath.Join(e.dir, "rules-"+strconv.Itoa(n)),
+			RedisURL: e.redis.URL(), NodeID: "bench-rules",
+		})
+		if err != nil {
+			return nil, err
+		}
+		tag := fmt.Sprintf("rules %d", n)
+		e.progress("%s: nginx pid %d, warm-up %s, measuring %s", tag, node.PID(), e.cfg.Warmup, d)
+		_, err = wrk.Run(ctx, e.wrkOptions(node, e.cfg.Warmup))
+		var res wrk.Result
+		if err == nil {
+			res, err = wrk.Run(ctx, e.wrkOptions(node, d))
+		}
+		if err != nil {
+			node.Stop()
+			return nil, err
+		}
+		if res.Non2xx > 0 {
+			e.explain(ctx, node)
+		}
+		node.Stop()
+		row := report.RulesRow{Rules: n, Mix: RuleMix, ReqPerSec: res.ReqPerSec, P50: res.P50,
+			P99: res.P99, Requests: res.Requests, Non2xx: res.Non2xx}
+		if n == 0 {
+			row.Mix = "-"
+		}
+		if len(rows) > 0 && rows[0].ReqPerSec > 0 {
+			row.Ratio = res.ReqPerSec / rows[0].ReqPerSec
+		} else {
+			row.Ratio = 1
+		}
+		e.progress("%s: %s req/s, p50 %s, p99 %s, %d non-2xx", tag,
+			report.Thousands(res.ReqPerSec), report.Latency(res.P50), report.Latency(res.P99),
+			res.Non2xx)
+		rows = append(rows, row)
+	}
+	return rows, e.putRules(ctx, 0)
+}

@@ -64,6 +64,23 @@ func EmergencyChannel() string { return rlPrefix + "emergency" }
 // LeaderLock is the lock held by the control-plane replica that runs the periodic jobs.
 func LeaderLock() string { return rlPrefix + "controlplane:leader" }
 
+// RulesIndex is the hash rule id -> rule JSON read by gateways (no hash tag).
+func RulesIndex() string { return rlPrefix + "rules" }
+
+// RuleStats is the hash of cumulative rule counters "<rule_id>:hits", ":blocked", ":throttled",
+// ":shadowed", ":fail_open", incremented by the gateways (no hash tag).
+func RuleStats() string { return rlPrefix + "rules:stats" }
+
+// RuleCounter is the prefix of a global rule's state keys; the hash tag {<rule_id>} keeps all
+// of a rule's keys in one slot. Callers append their own suffix.
+func RuleCounter(rule string) string { return rlPrefix + "rule:" + tag(rule) + ":" }
+
+// BreakersIndex is the hash backend name -> circuit breaker config JSON (no hash tag).
+func BreakersIndex() string { return rlPrefix + "breakers" }
+
+// EventsStream is the stream of sampled gateway events (no hash tag).
+func EventsStream() string { return rlPrefix + "events" }
+
 // Gateways is the registry of gateway nodes (no hash tag).
 func Gateways() string { return rlPrefix + "gateways" }
 

@@ -36,6 +36,11 @@ func builders() map[string]builder {
 		"conn_node_stats":   {3, func(a []string) string { return ConnNodeStats(a[0], a[1], a[2]) }},
 		"emergency_history": {1, func(a []string) string { return EmergencyHistory(a[0]) }},
 		"leader_lock":       {0, func([]string) string { return LeaderLock() }},
+		"rules_index":       {0, func([]string) string { return RulesIndex() }},
+		"rule_stats":        {0, func([]string) string { return RuleStats() }},
+		"rule_counter":      {1, func(a []string) string { return RuleCounter(a[0]) }},
+		"breakers_index":    {0, func([]string) string { return BreakersIndex() }},
+		"events_stream":     {0, func([]string) string { return EventsStream() }},
 	}
 }
 
@@ -113,6 +118,9 @@ func TestClusterKeysShareHashTag(t *testing.T) {
 		L1("c1"), L1Apps("c1"), L2("c1", "a"), Leases("c1", "a"), Stats("c1", "a"),
 		Nodes("c1", "a"), ConnConfig("c1", "a"), ConnCluster("c1"),
 		ConnNodeStats("c1", "a", "n1"), EmergencyHistory("c1"),
+	}
+	if k := RuleCounter("r1"); !strings.Contains(k, "{r1}") {
+		t.Errorf("key %q lacks hash tag {r1}", k)
 	}
 	for _, k := range perCluster {
 		if !strings.Contains(k, "{c1}") {

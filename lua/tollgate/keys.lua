@@ -28,5 +28,11 @@ function _M.emergency_channel() return "ratelimit:emergency" end
 function _M.gateways() return "ratelimit:gateways" end
 function _M.emergency_history(c) return "ratelimit:{" .. c .. "}:emergency:history" end
 function _M.leader_lock() return "ratelimit:controlplane:leader" end
+function _M.rules_index() return "ratelimit:rules" end
+function _M.rule_stats() return "ratelimit:rules:stats" end
+-- prefix of a global rule's state keys; one hash tag per rule keeps them in one slot
+function _M.rule_counter(r) return "ratelimit:rule:{" .. r .. "}:" end
+function _M.breakers_index() return "ratelimit:breakers" end
+function _M.events_stream() return "ratelimit:events" end
 
 return _M

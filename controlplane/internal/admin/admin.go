@@ -22,6 +22,7 @@ import (
 	"tollgate/controlplane/internal/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
+	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/ledger"
@@ -84,7 +85,8 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		Tokens: tokens, Sessions: auth.NewSessions(o.Redis, a.RefreshTTL, nil),
 		Throttle: auth.NewThrottle(o.Redis, a.LoginMaxUser, a.LoginMaxIP, a.LoginWindow),
 		Limiter:  auth.NewLimiter(a.APIRate, a.APIBurst, nil), Hasher: hasher, Users: us, Audit: al,
-		Changes: ch, Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
+		Changes: ch, Rules: rules.New(rules.Options{Redis: o.Redis, Store: o.Store, Apps: cat, Audit: al, Logger: log}),
+		Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
 		PrometheusURL: a.PrometheusURL})
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ad := &Admin{Handler: h, cancel: cancel}

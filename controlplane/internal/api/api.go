@@ -16,6 +16,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/internal/ledger"
 )
@@ -62,6 +63,7 @@ type Options struct {
 	Users        *users.Store
 	Audit        *audit.Log
 	Changes      *changes.Service
+	Rules        *rules.Service
 	Ledger       Ledger
 	Live         Live
 	Metrics      Metrics

@@ -16,6 +16,10 @@ var bodyRoutes = []struct {
 	{"PUT", "/api/v1/clusters/default", "capacity", false},
 	{"PUT", "/api/v1/clusters/default/connections", "max_connections", false},
 	{"PUT", "/api/v1/connections/demo-p1", "max_connections", false},
+	{"POST", "/api/v1/rules", "limit", false},
+	{"POST", "/api/v1/rules?dry_run=true", "scope", true},
+	{"PUT", "/api/v1/rules/r1", "window_seconds", false},
+	{"PUT", "/api/v1/breakers/demo", "window_ms", false},
 	{"POST", "/api/v1/emergency/activate", "duration", false},
 	{"POST", "/api/v1/emergency/deactivate", "reason", true},
 	{"POST", "/api/v1/users", "username", true},
@@ -81,7 +85,8 @@ func TestOddIDsAndQueriesAre4xx(t *testing.T) {
 	tok := f.admin(t)
 	ids := []string{"a%20b", "..", "%2e%2e", strings.Repeat("a", 129), "a.b", "%00", "%C3%BC", "a%2Fb", "%27%3B--", "%7B%7D"}
 	for _, id := range ids {
-		for _, p := range []string{"/api/v1/apps/", "/api/v1/clusters/", "/api/v1/connections/", "/api/v1/users/", "/api/v1/metrics/apps/"} {
+		for _, p := range []string{"/api/v1/apps/", "/api/v1/clusters/", "/api/v1/connections/", "/api/v1/users/", "/api/v1/metrics/apps/",
+			"/api/v1/rules/", "/api/v1/breakers/"} {
 			for _, m := range []string{"GET", "PUT", "DELETE"} {
 				res := f.call(t, m, p+id, tok, map[string]any{})
 				if res.code < 400 || res.code >= 500 || res.errCode() == "" {
@@ -94,7 +99,12 @@ func TestOddIDsAndQueriesAre4xx(t *testing.T) {
 		"/api/v1/apps?priority=9", "/api/v1/apps?enabled=yes", "/api/v1/apps?cluster_id=a%20b",
 		"/api/v1/apps?search=" + strings.Repeat("s", 200), "/api/v1/apps?page=99999999999999999999",
 		"/api/v1/metrics?range=2h", "/api/v1/metrics/apps/demo-p1?range=1y", "/api/v1/emergency/history?limit=0",
-		"/api/v1/emergency/history?cluster_id=..", "/api/v1/alerts?active=maybe"}
+		"/api/v1/emergency/history?cluster_id=..", "/api/v1/alerts?active=maybe",
+		"/api/v1/events?event_type=nope", "/api/v1/events?limit=0", "/api/v1/events?limit=1001",
+		"/api/v1/events?app_id=a%20b", "/api/v1/events?rule_id=" + strings.Repeat("r", 129),
+		"/api/v1/events?since=-1", "/api/v1/events?until=x", "/api/v1/events?since=5&until=4",
+		"/api/v1/events?cursor=abc", "/api/v1/events?cursor=99999999999999999999-0", "/api/v1/events?cursor=1-2-3",
+		"/api/v1/events?cursor=" + strings.Repeat("1", 70)}
 	for _, q := range queries {
 		if res := f.call(t, "GET", q, tok, nil); res.code != 400 || res.errCode() != "invalid_query" {
 			t.Errorf("GET %s = %d %.200s, want 400 invalid_query", q, res.code, res.raw)

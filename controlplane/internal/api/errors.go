@@ -16,6 +16,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/internal/ledger"
 	"tollgate/internal/store"
@@ -53,6 +54,7 @@ func errBadRequest(code, msg string) *Error { return apiErr(http.StatusBadReques
 func classify(err error) *Error {
 	var e *Error
 	var inv *changes.InvalidError
+	var rinv *rules.InvalidError
 	var thr *auth.ThrottledError
 	var fe *store.FieldError
 	var se *ledger.ScriptError
@@ -63,6 +65,8 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: "config_validation_failed",
 			Message: "the change breaks config rules; nothing was written",
 			Details: map[string]any{"violations": inv.Result.Violations, "diff": inv.Result.Diff}}
+	case errors.As(err, &rinv):
+		return invalidConfig(rinv)
 	case errors.As(err, &thr):
 		return &Error{Status: http.StatusTooManyRequests, Code: "login_throttled",
 			Message: "too many login attempts; try again later", RetryAfter: thr.RetryAfter}
@@ -78,6 +82,17 @@ func classify(err error) *Error {
 		return apiErr(http.StatusServiceUnavailable, "store_unavailable", "Redis is unavailable; retry later")
 	}
 	return apiErr(http.StatusInternalServerError, "internal_error", "internal error")
+}
+
+// invalidConfig answers a refused rule or breaker: 400 invalid_rule / invalid_breaker naming
+// the first offending field and its reason, with every violation and the diff.
+func invalidConfig(e *rules.InvalidError) *Error {
+	d := map[string]any{"violations": e.Result.Violations, "diff": e.Result.Diff}
+	if len(e.Result.Violations) > 0 {
+		d["field"], d["reason"] = e.Result.Violations[0].Field, e.Result.Violations[0].Code
+	}
+	return &Error{Status: http.StatusBadRequest, Code: "invalid_" + e.Kind,
+		Message: "the " + e.Kind + " is invalid; nothing was written", Details: d}
 }
 
 func classifySentinel(err error) *Error {
@@ -97,7 +112,9 @@ func classifySentinel(err error) *Error {
 		{auth.ErrTokenExpired, 401, "token_expired"}, {auth.ErrTokenInvalid, 401, "invalid_token"},
 		{auth.ErrRefreshInvalid, 401, "invalid_refresh_token"},
 		{auth.ErrRefreshReused, 401, "refresh_token_reused"}, {auth.ErrSessionEnded, 401, "session_ended"},
-		{audit.ErrBadCursor, 400, "invalid_query"},
+		{audit.ErrBadCursor, 400, "invalid_query"}, {rules.ErrBadCursor, 400, "invalid_query"},
+		{rules.ErrRuleNotFound, 404, "rule_not_found"}, {rules.ErrRuleExists, 409, "rule_exists"},
+		{rules.ErrBreakerNotFound, 404, "breaker_not_found"},
 	} {
 		if errors.Is(err, m.target) {
 			return apiErr(m.status, m.code, m.target.Error())

@@ -21,6 +21,7 @@ import (
 	"tollgate/controlplane/internal/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
+	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/ledger"
@@ -103,7 +104,8 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 		Tokens: f.tokens, Sessions: auth.NewSessions(f.rdb, time.Hour, nil),
 		Throttle: auth.NewThrottle(f.rdb, o.loginMaxUser, o.loginMaxIP, time.Minute),
 		Limiter:  auth.NewLimiter(o.rate, int(o.burst), nil), Hasher: hasher, Users: f.users, Audit: f.audit,
-		Changes: ch, Ledger: led, Live: f.live, Metrics: f.metrics, CORSOrigins: o.origins,
+		Changes: ch, Rules: rules.New(rules.Options{Redis: f.rdb, Store: f.store, Apps: cat, Audit: f.audit, Logger: log}),
+		Ledger: led, Live: f.live, Metrics: f.metrics, CORSOrigins: o.origins,
 		MetricsToken: o.metricsToken, MaxBody: o.maxBody, PrometheusURL: o.promURL,
 		PrometheusTimeout: o.promTimeout})
 	if _, _, err := f.users.Bootstrap(context.Background(), "admin", adminPassword); err != nil {

@@ -84,3 +84,13 @@ func FuzzStrictUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func FuzzRuleAndBreakerBodies(f *testing.F) {
+	fuzzRoutes(f, []string{"POST /api/v1/rules?dry_run=true", "POST /api/v1/rules", "PUT /api/v1/rules/fz?dry_run=true",
+		"PUT /api/v1/breakers/demo?dry_run=true", "PUT /api/v1/breakers/fz"},
+		`{"id":"fz","scope":"user","user_key":"header:X-User","algorithm":"token_bucket","limit":5,"window_seconds":1,"burst":9}`,
+		`{"id":"fz","scope":"ip","algorithm":"sliding_window","limit":1,"window_seconds":86400,"match":{"cidrs":["::/0"],"path":"/a/**"}}`,
+		`{"id":"fz","scope":"endpoint","algorithm":"fixed_window","limit":1,"window_seconds":1,"action":"throttle","throttle_max_delay_ms":5}`,
+		`{"match":{"headers":{"X-A":"b"},"app_ids":["demo-p1"]},"effective_from":"2026-01-01T00:00:00Z","effective_to":"2025-01-01T00:00:00Z"}`,
+		`{"failure_ratio":1e-320,"failure_statuses":[599,500],"window_ms":100}`, `{"half_open_max_inflight":null}`)
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/store"
 )
@@ -127,6 +128,11 @@ func (s *server) answerChange(c *gin.Context, out changes.Outcome, err error, cr
 	var inv *changes.InvalidError
 	if err != nil && errors.As(err, &inv) && inv.Result.DryRun {
 		ok(c, http.StatusOK, changeResponse{Outcome: changes.Outcome{Validation: inv.Result}})
+		return
+	}
+	var rinv *rules.InvalidError
+	if err != nil && errors.As(err, &rinv) && rinv.Result.DryRun {
+		ok(c, http.StatusOK, changeResponse{Outcome: changes.Outcome{Validation: rinv.Result}})
 		return
 	}
 	if err != nil {

@@ -68,6 +68,17 @@ func (s *server) table() []route {
 		{put, v1 + "/apps/:id", operator, s.updateApp},
 		{del, v1 + "/apps/:id", operator, s.deleteApp},
 
+		{get, v1 + "/rules", viewer, s.listRules},
+		{post, v1 + "/rules", operator, s.createRule},
+		{get, v1 + "/rules/:id", viewer, s.getRule},
+		{put, v1 + "/rules/:id", operator, s.updateRule},
+		{del, v1 + "/rules/:id", operator, s.deleteRule},
+
+		{get, v1 + "/breakers", viewer, s.listBreakers},
+		{put, v1 + "/breakers/:name", operator, s.putBreaker},
+		{del, v1 + "/breakers/:name", operator, s.deleteBreaker},
+		{get, v1 + "/events", viewer, s.queryEvents},
+
 		{get, v1 + "/clusters", viewer, s.listClusters},
 		{get, v1 + "/clusters/:id", viewer, s.getCluster},
 		{put, v1 + "/clusters/:id", operator, s.putCluster},

@@ -1,0 +1,199 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"tollgate/controlplane/internal/rules"
+)
+
+// listRules: GET /rules, in priority order, each with its counters.
+func (s *server) listRules(c *gin.Context) {
+	list, err := s.opts.Rules.ListRules(c.Request.Context())
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	okMeta(c, list, gin.H{"total": len(list)})
+}
+
+func (s *server) getRule(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	r, err := s.opts.Rules.GetRule(c.Request.Context(), id)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ok(c, http.StatusOK, r)
+}
+
+func (s *server) ruleResource(c *gin.Context, id string) func() (any, error) {
+	return func() (any, error) { return s.opts.Rules.GetRule(c.Request.Context(), id) }
+}
+
+// createRule: POST /rules[?dry_run=true]; 201 when written, 409 rule_exists.
+func (s *server) createRule(c *gin.Context) {
+	var in rules.RuleFields
+	dry, err := dryRun(c)
+	if err == nil {
+		err = s.decodeJSON(c, &in)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	p, _ := principalOf(c)
+	out, err := s.opts.Rules.CreateRule(c.Request.Context(), p.User, in, dry)
+	id := ""
+	if in.ID != nil {
+		id = *in.ID
+	}
+	s.answerChange(c, out, err, true, s.ruleResource(c, id))
+}
+
+// updateRule: PUT /rules/:id[?dry_run=true] replaces the rule.
+func (s *server) updateRule(c *gin.Context) {
+	var in rules.RuleFields
+	id, err := pathID(c, "id")
+	dry := false
+	if err == nil {
+		dry, err = dryRun(c)
+	}
+	if err == nil {
+		err = s.decodeJSON(c, &in)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	p, _ := principalOf(c)
+	out, err := s.opts.Rules.UpdateRule(c.Request.Context(), p.User, id, in, dry)
+	s.answerChange(c, out, err, false, s.ruleResource(c, id))
+}
+
+// deleteRule: DELETE /rules/:id[?dry_run=true], with the rule's counters.
+func (s *server) deleteRule(c *gin.Context) {
+	id, err := pathID(c, "id")
+	dry := false
+	if err == nil {
+		dry, err = dryRun(c)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	p, _ := principalOf(c)
+	out, err := s.opts.Rules.DeleteRule(c.Request.Context(), p.User, id, dry)
+	s.answerChange(c, out, err, false, nil)
+}
+
+// listBreakers: GET /breakers, by name, each with the states of the live nodes.
+func (s *server) listBreakers(c *gin.Context) {
+	list, err := s.opts.Rules.ListBreakers(c.Request.Context())
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	okMeta(c, list, gin.H{"total": len(list)})
+}
+
+// putBreaker: PUT /breakers/:name[?dry_run=true] creates (201) or replaces (200).
+func (s *server) putBreaker(c *gin.Context) {
+	var in rules.BreakerFields
+	name, err := pathID(c, "name")
+	dry := false
+	if err == nil {
+		dry, err = dryRun(c)
+	}
+	if err == nil {
+		err = s.decodeJSON(c, &in)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	p, _ := principalOf(c)
+	out, created, err := s.opts.Rules.PutBreaker(c.Request.Context(), p.User, name, in, dry)
+	s.answerChange(c, out, err, created, func() (any, error) {
+		return s.opts.Rules.GetBreaker(c.Request.Context(), name)
+	})
+}
+
+func (s *server) deleteBreaker(c *gin.Context) {
+	name, err := pathID(c, "name")
+	dry := false
+	if err == nil {
+		dry, err = dryRun(c)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	p, _ := principalOf(c)
+	out, err := s.opts.Rules.DeleteBreaker(c.Request.Context(), p.User, name, dry)
+	s.answerChange(c, out, err, false, nil)
+}
+
+// queryEvents: GET /events?event_type=&app_id=&rule_id=&since=&until=&limit=&cursor=, newest
+// first; meta.next_cursor continues with older entries.
+func (s *server) queryEvents(c *gin.Context) {
+	f, err := eventFilter(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	page, err := s.opts.Rules.Events(c.Request.Context(), f)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	okMeta(c, page.Events, gin.H{"next_cursor": page.NextCursor, "count": len(page.Events)})
+}
+
+func eventFilter(c *gin.Context) (rules.EventFilter, error) {
+	var f rules.EventFilter
+	var err error
+	if t, present := c.GetQuery("event_type"); present {
+		if !slices.Contains(rules.EventTypes, t) {
+			return f, errBadRequest("invalid_query", "event_type must be one of "+strings.Join(rules.EventTypes, ", "))
+		}
+		f.EventType = t
+	}
+	if f.AppID, err = queryID(c, "app_id"); err != nil {
+		return f, err
+	}
+	if f.RuleID, err = queryID(c, "rule_id"); err != nil {
+		return f, err
+	}
+	for _, t := range []struct {
+		name string
+		dst  *int64
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v, present := c.GetQuery(t.name); present {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > 1<<50 {
+				return f, errBadRequest("invalid_query", t.name+" must be Unix milliseconds")
+			}
+			*t.dst = n
+		}
+	}
+	if f.Since > 0 && f.Until > 0 && f.Since > f.Until {
+		return f, errBadRequest("invalid_query", "since must not be after until")
+	}
+	if v, present := c.GetQuery("cursor"); present {
+		if len(v) > 64 {
+			return f, errBadRequest("invalid_query", "cursor must be a stream id like 1700000000000-0")
+		}
+		f.Cursor = v
+	}
+	f.Limit, err = queryInt(c, "limit", rules.DefaultEventLimit, 1, rules.MaxEventLimit)
+	return f, err
+}

@@ -17,28 +17,31 @@ export function configOf(b: Breaker): BreakerConfig {
   return { ...cfg, failure_statuses: [...cfg.failure_statuses] }
 }
 
-const posInt = (n: unknown): boolean => typeof n === 'number' && Number.isInteger(n) && n >= 1
+// the bounds of controlplane/internal/rules/breaker.go
+const MIN_MS = 100
+const MAX_MS = 3600000
+const MAX_COUNT = 1000000
+const inRange = (n: unknown, lo: number, hi: number): boolean =>
+  typeof n === 'number' && Number.isInteger(n) && n >= lo && n <= hi
 
 export function validateBreaker(b: BreakerConfig): Violation[] {
   const out: Violation[] = []
-  const v = (field: string, message: string) => out.push({ field, code: 'invalid_breaker', message })
-  if (!ID_RE.test(b.name)) v('name', 'name: 1 to 128 letters, digits, "_" or "-" (the backend\'s $tollgate_backend)')
-  for (const f of ['window_ms', 'failure_threshold', 'open_timeout_ms', 'success_threshold',
-    'half_open_max_inflight'] as const) {
-    if (!posInt(b[f])) v(f, `${f}: a whole number of at least 1`)
+  const v = (field: string, code: string, message: string) => out.push({ field, code, message })
+  if (!ID_RE.test(b.name)) v('name', 'invalid_id', 'name must match ^[A-Za-z0-9_-]{1,128}$ (the backend\'s $tollgate_backend)')
+  for (const [f, lo, hi] of [['window_ms', MIN_MS, MAX_MS], ['min_requests', 1, MAX_COUNT],
+    ['failure_threshold', 1, MAX_COUNT], ['open_timeout_ms', MIN_MS, MAX_MS], ['success_threshold', 1, MAX_COUNT],
+    ['half_open_max_inflight', 1, MAX_COUNT]] as const) {
+    if (!inRange(b[f], lo, hi)) v(f, `invalid_${f}`, `${f} must be an integer from ${lo} to ${hi}`)
   }
-  if (!(typeof b.min_requests === 'number' && Number.isInteger(b.min_requests) && b.min_requests >= 0)) {
-    v('min_requests', 'min_requests: a whole number of at least 0')
-  }
-  if (!(typeof b.failure_ratio === 'number' && b.failure_ratio > 0 && b.failure_ratio <= 1)) {
-    v('failure_ratio', 'failure_ratio: above 0, at most 1')
-  }
-  if (b.failure_statuses.length === 0) v('failure_statuses', 'failure_statuses: at least one status')
-  const bad = b.failure_statuses.find((s) => !Number.isInteger(s) || s < 100 || s > 599)
-  if (bad !== undefined) v('failure_statuses', `failure_statuses: ${bad} is not an HTTP status`)
-  else if (new Set(b.failure_statuses).size !== b.failure_statuses.length) {
-    v('failure_statuses', 'failure_statuses: each status once')
-  }
+  const r = b.failure_ratio
+  if (!(typeof r === 'number' && r > 0 && r <= 1)) v('failure_ratio', 'invalid_failure_ratio', 'failure_ratio must be in (0, 1]')
+  if (b.failure_statuses.length === 0) v('failure_statuses', 'empty_list', 'failure_statuses must list at least one status')
+  const seen = new Set<number>()
+  b.failure_statuses.forEach((s, i) => {
+    if (!Number.isInteger(s) || s < 500 || s > 599) v(`failure_statuses[${i}]`, 'invalid_status', `failure statuses are 500-599, got ${s}`)
+    else if (seen.has(s)) v(`failure_statuses[${i}]`, 'duplicate', `status ${s} is listed twice`)
+    seen.add(s)
+  })
   return out
 }
 

@@ -1,7 +1,7 @@
 // The rule form's body, the client-side checks that mirror the API's, and the list's summaries.
 import { describe, expect, it } from 'vitest'
 import type { Rule, RuleInput } from '@/api/types'
-import { byPriority, emptyForm, inputOf, limitSummary, matchSummary, ruleErrors, ruleField, ruleStatus,
+import { byPriority, cidrProblem, emptyForm, inputOf, limitSummary, matchSummary, ruleErrors, ruleField, ruleStatus,
   toForm, toInput, validateRule, validCidr } from './rules'
 
 const BASE: RuleInput = { id: 'r1', scope: 'app', algorithm: 'sliding_window', limit: 100, window_seconds: 1,
@@ -48,9 +48,12 @@ describe('rule form → body', () => {
     expect(inputOf(stored)).not.toHaveProperty('stats')
     expect(inputOf(stored)).not.toHaveProperty('updated_by')
     // a token bucket without its own burst: the switch is off and no burst is sent
-    const plain: Rule = { ...BASE, algorithm: 'token_bucket' }
+    // the API stores burst = limit for a token bucket without its own: the switch is off and no
+    // burst is sent (the server applies the same default, so nothing changes)
+    const plain: Rule = { ...BASE, algorithm: 'token_bucket', burst: BASE.limit }
     expect(toForm(plain).customBurst).toBe(false)
-    expect(toInput(toForm(plain), plain)).toEqual(plain)
+    const { burst: _b, ...withoutBurst } = plain
+    expect(toInput(toForm(plain), plain)).toEqual(withoutBurst)
   })
 })
 
@@ -81,6 +84,12 @@ describe('validateRule mirrors the API', () => {
     expect(fields({ ...BASE, unit: 'bytes' as RuleInput['unit'] })).toEqual(['unit'])
     expect(fields({ ...BASE, distribution: 'cluster' as RuleInput['distribution'] })).toEqual(['distribution'])
     expect(fields({ ...BASE, priority: 1.5 })).toEqual(['priority'])
+    expect(fields({ ...BASE, priority: -1 })).toEqual(['priority'])
+    expect(fields({ ...BASE, priority: 1000001 })).toEqual(['priority'])
+    expect(fields({ ...BASE, priority: 0 })).toEqual([])
+    expect(fields({ ...BASE, algorithm: 'token_bucket', limit: 10, burst: 9 })).toEqual(['burst'])
+    expect(fields({ ...BASE, description: 'x'.repeat(513) })).toEqual(['description'])
+    expect(fields({ ...BASE, description: 'tab\there' })).toEqual(['description'])
     expect(fields({ ...BASE, action: 'drop' as RuleInput['action'] })).toEqual(['action'])
     expect(fields({ ...BASE, action: 'throttle' })).toEqual(['throttle_max_delay_ms'])
     expect(fields({ ...BASE, action: 'throttle', throttle_max_delay_ms: 5001 })).toEqual(['throttle_max_delay_ms'])
@@ -94,20 +103,33 @@ describe('validateRule mirrors the API', () => {
   it('checks the match fields', () => {
     const m = (match: RuleInput['match']) => fields({ ...BASE, match })
     expect(m({ app_ids: [] })).toEqual(['match.app_ids'])
-    expect(m({ app_ids: ['bad id'] })).toEqual(['match.app_ids'])
-    expect(m({ methods: ['get'] })).toEqual(['match.methods'])
+    expect(m({ app_ids: ['ok', 'bad id'] })).toEqual(['match.app_ids[1]'])
+    expect(m({ app_ids: ['a', 'A'] })).toEqual(['match.app_ids'])
+    expect(m({ methods: ['get'] })).toEqual(['match.methods[0]'])
+    expect(m({ methods: ['PUT', 'PUT'] })).toEqual(['match.methods'])
     expect(m({ bucket: 'a/b' })).toEqual(['match.bucket'])
+    expect(m({ key_prefix: '' })).toEqual(['match.key_prefix'])
     expect(m({ path: 'photos/*' })).toEqual(['match.path'])
-    expect(m({ cidrs: ['10.0.0.0/33'] })).toEqual(['match.cidrs'])
+    expect(m({ path: '/a b' })).toEqual(['match.path'])
+    expect(m({ path: '/a/***' })).toEqual(['match.path'])
+    expect(m({ cidrs: ['10.0.0.0/8', '10.0.0.0/33'] })).toEqual(['match.cidrs[1]'])
     expect(m({ headers: { 'X Tier': 'a' } })).toEqual(['match.headers'])
+    expect(m({ headers: {} })).toEqual(['match.headers'])
+    expect(m({ headers: { 'X-A': 'x'.repeat(257) } })).toEqual(['match.headers.X-A'])
     expect(m({ path: '/photos/**', bucket: 'photos', key_prefix: 'a/' })).toEqual([])
+    expect(fields({ ...BASE, scope: 'endpoint' })).toEqual(['match'])
+    expect(fields({ ...BASE, scope: 'endpoint', match: { app_ids: ['a'] } })).toEqual(['match'])
+    expect(fields({ ...BASE, scope: 'endpoint', match: { path: '/x/*' } })).toEqual([])
   })
 
-  it('knows IPv4 and IPv6 CIDRs', () => {
-    for (const ok of ['10.0.0.0/8', '0.0.0.0/0', '192.168.1.1', '::1/128', '::/0', 'fe80::/10',
-      '2001:db8::1:2/64', '::ffff:10.0.0.1/128', '1:2:3:4:5:6:7:8/128']) expect(validCidr(ok), ok).toBe(true)
-    for (const bad of ['10.0.0/8', '256.0.0.0/8', '10.0.0.0/33', '::1/129', '1::2::3', 'fe80::1%eth0/64',
-      '1:2:3:4:5:6:7:8:9', 'x/8', '10.0.0.0/8/1', '']) expect(validCidr(bad), bad).toBe(false)
+  it('knows IPv4 and IPv6 CIDRs as Go netip.ParsePrefix does, host bits refused', () => {
+    for (const ok of ['10.0.0.0/8', '0.0.0.0/0', '192.168.1.1/32', '::1/128', '::/0', 'fe80::/10',
+      '2001:db8::/32', '2001:db8::1:0/112', '::ffff:10.0.0.1/128', '1:2:3:4:5:6:7:8/128']) expect(validCidr(ok), ok).toBe(true)
+    for (const bad of ['10.0.0/8', '256.0.0.0/8', '10.0.0.0/33', '::1/129', '1::2::3/64', 'fe80::1%eth0/64',
+      '1:2:3:4:5:6:7:8:9/128', 'x/8', '10.0.0.0/8/1', '', '192.168.1.1', '010.0.0.0/8', '10.0.0.0/08'])
+      expect(cidrProblem(bad), bad).toBe('invalid')
+    for (const host of ['10.0.0.1/8', '192.168.1.1/24', '2001:db8::1/64', 'fe80::1/10', '::1/127'])
+      expect(cidrProblem(host), host).toBe('host_bits')
   })
 })
 

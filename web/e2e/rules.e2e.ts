@@ -203,7 +203,30 @@ describe('rules, breakers, alerts and events on a real stack', () => {
     expect(await breakers.card(BREAKER).textContent()).toMatch(/trips at ≥ 7 failures/)
     const listed = await api.call<{ name: string; failure_threshold: number }[]>('GET', '/api/v1/breakers')
     expect(listed.find((b) => b.name === BREAKER)).toMatchObject({ failure_threshold: 7 })
-    await screenshot(page, 'r09-breakers')
+
+    // a second node's report (contract §6) with the breaker open and, per app, half-open
+    const t = Math.floor(Date.now() / 1000)
+    await redisCli(stack, 'HSET', 'ratelimit:gateways', 'gw-e2e-b', JSON.stringify({ node_id: 'gw-e2e-b',
+      last_seen: t, config_version: 1, breakers: {
+        [BREAKER]: { state: 'open', failures: 9, requests: 12, opened_at: t, retry_at: t + 600 },
+        [`${BREAKER}/demo-p1`]: { state: 'half_open', failures: 0, requests: 1, opened_at: t - 30, retry_at: t },
+      } }))
+    try {
+      await until(async () => (await breakers.state(BREAKER)) === 'open', 'the breaker to show as open', 30_000)
+      const card = breakers.card(BREAKER)
+      expect(await card.locator('[data-test="breaker-state"]').getAttribute('class')).toContain('el-tag--danger')
+      const nodes = card.locator('[data-test="breaker-nodes"] .el-table__row')
+      expect(await nodes.count()).toBe(2)
+      const whole = nodes.filter({ hasNotText: `${BREAKER}/demo-p1` })
+      const perApp = nodes.filter({ hasText: `${BREAKER}/demo-p1` })
+      expect(await whole.textContent()).toMatch(/gw-e2e-b\s*e2e-backend\s*open\s*9 \/ 12\s*in (9|10)m/)
+      expect(await perApp.textContent()).toMatch(/half-open\s*0 \/ 1/)
+      expect(await whole.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--danger')
+      expect(await perApp.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--warning')
+      await screenshot(page, 'r09-breakers')
+    } finally {
+      await redisCli(stack, 'HDEL', 'ratelimit:gateways', 'gw-e2e-b')
+    }
     await breakers.remove(BREAKER)
     await breakers.card(BREAKER).waitFor({ state: 'detached' })
     expect((await api.call<{ name: string }[]>('GET', '/api/v1/breakers')).map((b) => b.name)).not.toContain(BREAKER)

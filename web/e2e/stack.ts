@@ -27,6 +27,8 @@ export interface Stack {
   /** the control plane: API and console */
   base: string
   gateway: string
+  /** host:port of the stack's redis-server */
+  redis: string
   runDir: string
   stop(): Promise<void>
 }
@@ -59,12 +61,23 @@ export async function startStack(): Promise<Stack> {
   return {
     base: `http://127.0.0.1:${cp}`,
     gateway: `http://127.0.0.1:${gw}`,
+    redis: `127.0.0.1:${redis}`,
     runDir,
     async stop() {
       await run(stack, ['down'], { env, timeout: 60_000 }).catch((e: unknown) => console.error('stack.sh down:', e))
       rmSync(runDir, { recursive: true, force: true })
     },
   }
+}
+
+/**
+ * A command to the stack's Redis, for seeding what a gateway would write (rule counters, sampled
+ * events; docs/rules-contract.md §1, §5).
+ */
+export async function redisCli(stack: Pick<Stack, 'redis'>, ...args: string[]): Promise<string> {
+  const [host = '127.0.0.1', port = '6379'] = stack.redis.split(':')
+  const { stdout } = await run('redis-cli', ['-h', host, '-p', port, ...args], { timeout: 10_000 })
+  return stdout.trim()
 }
 
 /** A small client of the admin API for seeding and checking (not what the console uses). */

@@ -1,9 +1,9 @@
 import { http } from './http'
 import type { Alert } from './types'
 
-/** Active alerts (all, with active=false). */
-export function list(active = true): Promise<Alert[]> {
-  return http.get<Alert[]>('/api/v1/alerts', { query: { active } })
+/** Active alerts; with active=false, also the resolved ones of the last day. */
+export async function list(active = true, signal?: AbortSignal): Promise<Alert[]> {
+  return (await http.get<Alert[] | null>('/api/v1/alerts', { query: { active }, signal })) ?? []
 }
 
 export function acknowledge(id: string): Promise<Alert> {

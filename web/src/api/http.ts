@@ -70,8 +70,12 @@ export function toApiError(status: number, body: unknown, statusText = ''): ApiE
   const b = body as ErrorBody
   const nested = typeof b.error === 'object' && b.error !== null ? b.error : undefined
   const code = nested ? nested.code : String(b.error)
-  const violations = violationsOf(nested?.details ?? b.details)
   const message = nested?.message ?? b.message ?? humanize(code) ?? fallback
+  const violations = violationsOf(nested?.details ?? b.details)
+  // a refusal about one field (e.g. invalid_rule: {"details": {"field": "window_seconds"}}) is
+  // a violation of that field, so that forms show it under the field
+  const field = fieldOf(nested?.details ?? b.details) ?? fieldOf(nested)
+  if (violations.length === 0 && field !== undefined) violations.push({ field, code, message })
   return new ApiError(status, code, message, {
     violations, details: nested?.details ?? b.details, requestId: b.request_id,
   })
@@ -86,6 +90,12 @@ function violationsOf(details: unknown): Violation[] {
     return violationsOf((details as { violations: unknown }).violations)
   }
   return []
+}
+
+function fieldOf(details: unknown): string | undefined {
+  if (typeof details !== 'object' || details === null || Array.isArray(details)) return undefined
+  const f = (details as { field?: unknown }).field
+  return typeof f === 'string' && f !== '' ? f : undefined
 }
 
 function humanize(code: string): string | undefined {

@@ -482,3 +482,163 @@ export type RealtimeUpdate =
   | { type: 'alert'; data: Alert; timestamp: number }
   | { type: 'config_change'; data: { config_version: number }; timestamp: number }
   | { type: 'emergency'; data: EmergencyNotice; timestamp: number }
+
+// ---- rules (docs/rules-contract.md §2, §8) ---------------------------------------------------------
+
+export type RuleScope = 'global' | 'app' | 'user' | 'ip' | 'endpoint'
+export const RULE_SCOPES: readonly RuleScope[] = ['global', 'app', 'user', 'ip', 'endpoint']
+export type RuleAlgorithm = 'token_bucket' | 'sliding_window' | 'fixed_window'
+export const RULE_ALGORITHMS: readonly RuleAlgorithm[] = ['token_bucket', 'sliding_window', 'fixed_window']
+export type RuleUnit = 'requests' | 'cost'
+export const RULE_UNITS: readonly RuleUnit[] = ['requests', 'cost']
+export type RuleDistribution = 'node' | 'global'
+export const RULE_DISTRIBUTIONS: readonly RuleDistribution[] = ['node', 'global']
+export type RuleAction = 'reject' | 'throttle' | 'shadow'
+export const RULE_ACTIONS: readonly RuleAction[] = ['reject', 'throttle', 'shadow']
+
+/** Which requests a rule applies to: every present field must match; absent = any. */
+export interface RuleMatch {
+  app_ids?: string[]
+  methods?: string[]
+  /** exact first path segment */
+  bucket?: string
+  /** object key (path after the bucket) prefix */
+  key_prefix?: string
+  /** glob on the URI: * = a run of non-'/' chars, ** = anything */
+  path?: string
+  cidrs?: string[]
+  headers?: Record<string, string>
+}
+
+/** A rule as written (POST / PUT body): the server sets created_at, updated_at, updated_by. */
+export interface RuleInput {
+  id: string
+  description?: string
+  scope: RuleScope
+  /** scope user only: "header:<Name>" or "s3_access_key" */
+  user_key?: string
+  match?: RuleMatch
+  algorithm: RuleAlgorithm
+  limit: number
+  window_seconds: number
+  /** token bucket capacity (default = limit); windows: absent */
+  burst?: number
+  unit: RuleUnit
+  distribution: RuleDistribution
+  /** lower is checked first; ties by id */
+  priority: number
+  enabled: boolean
+  /** RFC 3339 */
+  effective_from?: string | null
+  effective_to?: string | null
+  action: RuleAction
+  /** throttle only, 1 … 5000 */
+  throttle_max_delay_ms?: number
+}
+
+/** Cumulative per-rule counters (ratelimit:rules:stats). */
+export interface RuleStats {
+  hits: number
+  blocked: number
+  throttled: number
+  shadowed: number
+  fail_open: number
+}
+
+export interface Rule extends RuleInput {
+  /** Unix seconds */
+  created_at?: number
+  updated_at?: number
+  updated_by?: string
+  stats?: RuleStats
+}
+
+// ---- circuit breakers (contract §3, §6, §8) ----------------------------------------------------------
+
+export type BreakerState = 'closed' | 'half_open' | 'open'
+
+export interface BreakerConfig {
+  /** the backend: the value of $tollgate_backend */
+  name: string
+  enabled: boolean
+  /** true: one breaker per (backend, app) */
+  per_app: boolean
+  window_ms: number
+  min_requests: number
+  failure_threshold: number
+  failure_ratio: number
+  open_timeout_ms: number
+  success_threshold: number
+  half_open_max_inflight: number
+  failure_statuses: number[]
+}
+
+/** A breaker's state on one gateway node (from its report). */
+export interface BreakerNodeState {
+  node_id: string
+  /** "<name>" or "<name>/<app>" */
+  key: string
+  state: BreakerState
+  failures: number
+  requests: number
+  /** Unix seconds (0 or absent: never) */
+  opened_at?: number
+  retry_at?: number
+}
+
+export interface Breaker extends BreakerConfig {
+  nodes?: BreakerNodeState[]
+}
+
+// ---- events (contract §5) -----------------------------------------------------------------------------
+
+export type EventType = 'request_blocked' | 'rule_triggered' | 'threshold_exceeded' | 'circuit_opened' |
+  'circuit_closed'
+export const EVENT_TYPES: readonly EventType[] = ['request_blocked', 'rule_triggered', 'threshold_exceeded',
+  'circuit_opened', 'circuit_closed']
+
+/** One sampled event of ratelimit:events; fields are absent when unknown. */
+export interface TollgateEvent {
+  /** the stream id */
+  id: string
+  event_type: EventType | string
+  severity?: 'info' | 'warning' | 'error' | 'critical' | string
+  app_id?: string
+  user_id?: string
+  ip_address?: string
+  user_agent?: string
+  endpoint?: string
+  http_method?: string
+  request_id?: string
+  rule_id?: string
+  rule_type?: string
+  limit_value?: number | string
+  current_usage?: number | string
+  action_taken?: string
+  response_code?: number | string
+  response_time_ms?: number | string
+  node_id?: string
+  reason?: string
+  /** how many occurrences this entry stands for */
+  sampled?: number | string
+  /** Unix ms */
+  created_at?: number | string
+}
+
+export interface EventQuery {
+  event_type?: string
+  app_id?: string
+  rule_id?: string
+  /** Unix ms */
+  since?: number
+  until?: number
+  /** 1 … 1000 (default 100) */
+  limit?: number
+  /** stream id to continue before */
+  cursor?: string
+}
+
+export interface EventPage {
+  events: TollgateEvent[]
+  next_cursor?: string
+}

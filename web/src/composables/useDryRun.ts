@@ -11,8 +11,11 @@ export function useDryRun() {
   const applying = ref(false)
   const violations = ref<Violation[]>([])
   const failure = ref<string | null>(null)
+  /** the machine-readable reason of the last refusal (e.g. invalid_rule) */
+  const code = ref<string | null>(null)
 
   function fail(e: unknown): void {
+    code.value = e instanceof ApiError ? e.code : null
     if (e instanceof ApiError && e.validation) {
       violations.value = e.violations
       failure.value = e.violations.map((v) => v.message).join('; ')
@@ -24,6 +27,7 @@ export function useDryRun() {
   async function review(check: () => Promise<ValidationResult>): Promise<void> {
     violations.value = []
     failure.value = null
+    code.value = null
     checking.value = true
     try {
       preview.value = await check()
@@ -57,7 +61,16 @@ export function useDryRun() {
     open.value = false
     violations.value = []
     failure.value = null
+    code.value = null
   }
 
-  return { preview, open, checking, applying, violations, failure, review, apply, clear }
+  /** Refuses before asking the server (the client's own checks found these). */
+  function refuse(vs: Violation[], message = 'Some fields need attention.'): void {
+    violations.value = vs
+    failure.value = message
+    code.value = null
+    open.value = false
+  }
+
+  return { preview, open, checking, applying, violations, failure, code, review, apply, clear, refuse }
 }

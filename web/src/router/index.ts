@@ -29,6 +29,18 @@ export const routes: RouteRecordRaw[] = [
         props: true, meta: { title: 'Application' } },
       { path: 'apps/:id/edit', name: 'app-edit', component: () => import('@/views/apps/AppFormView.vue'),
         props: true, meta: { title: 'Edit application', permission: 'config:write' } },
+      { path: 'rules', name: 'rules', component: () => import('@/views/rules/RuleListView.vue'),
+        meta: { title: 'Rules' } },
+      { path: 'rules/new', name: 'rule-new', component: () => import('@/views/rules/RuleFormView.vue'),
+        meta: { title: 'New rule', permission: 'config:write' } },
+      { path: 'rules/:id/edit', name: 'rule-edit', component: () => import('@/views/rules/RuleFormView.vue'),
+        props: true, meta: { title: 'Edit rule', permission: 'config:write' } },
+      { path: 'breakers', name: 'breakers', component: () => import('@/views/BreakersView.vue'),
+        meta: { title: 'Circuit breakers' } },
+      { path: 'alerts', name: 'alerts', component: () => import('@/views/AlertsView.vue'),
+        meta: { title: 'Alerts' } },
+      { path: 'events', name: 'events', component: () => import('@/views/EventsView.vue'),
+        meta: { title: 'Events' } },
       { path: 'clusters', name: 'clusters', component: () => import('@/views/ClustersView.vue'),
         meta: { title: 'Clusters' } },
       { path: 'connections', name: 'connections', component: () => import('@/views/ConnectionsView.vue'),
@@ -47,7 +59,7 @@ export function createAppRouter(): Router {
   const router = createRouter({
     history: createWebHistory(),
     routes,
-    // #alerts (the header's bell) scrolls to the dashboard's alerts below the sticky header
+    // a hash (e.g. /#alerts, the dashboard's alerts card) scrolls below the sticky header
     scrollBehavior: (to, _from, saved) => saved ?? (to.hash ? { el: to.hash, top: 64 } : { top: 0 }),
   })
   router.beforeEach(async (to) => {

@@ -67,6 +67,7 @@ function _M.settings(opts)
         reservation_timeout = opts.reservation_timeout
             or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
         events_per_sec = opts.events_per_sec or num_env("TOLLGATE_EVENTS_PER_SEC", 20),
+        jit_tune = opts.jit_tune or getenv("TOLLGATE_JIT_TUNE") or "on",
     }
     local tp = opts.trusted_proxies or getenv("TOLLGATE_TRUSTED_PROXIES")
     local list, terr = ipmatch.parse_list(tp)
@@ -85,6 +86,9 @@ function _M.settings(opts)
     end
     if s.sync_interval <= 0 or s.batch_threshold < 1 or s.min_target < 1 then
         error("sync interval, batch threshold and reserve target must be positive", 0)
+    end
+    if s.jit_tune ~= "on" and s.jit_tune ~= "off" then
+        error("TOLLGATE_JIT_TUNE must be 'on' or 'off', got '" .. s.jit_tune .. "'", 0)
     end
     if s.fail_open_rate < 0 then
         error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)

@@ -39,6 +39,7 @@ local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 function _M.init(settings, client, script_set)
     S, R, SC = settings, client, script_set
     global.init(settings, client, script_set)
+    algo.set_workers(ngx.worker.count() or 1)
 end
 
 local function compile(g)
@@ -52,6 +53,9 @@ local function compile(g)
                     .. '",action="' .. a .. '"}'
             end
             r.k_local = r.id .. ":"
+            r.k_cache, r.k_n = {}, 0          -- scope key -> dict key of the counter
+            r.is_global = r.distribution == "global"
+            r.is_cost = r.unit == "cost"
             r.k_global = keys.rule_counter(r.id) .. r.algorithm .. ":"
             r.fn = (r.algorithm == "fixed_window" and algo.fixed)
                 or (r.algorithm == "sliding_window" and algo.sliding) or algo.token
@@ -203,6 +207,20 @@ local function matches(r)
     return u
 end
 
+-- The dict key of rule r's counter for scope key skey (built once per worker).
+local function local_key(r, skey)
+    local k = r.k_cache[skey]
+    if not k then
+        if r.k_n >= 10000 then
+            r.k_cache, r.k_n = {}, 0
+        end
+        k = r.k_local .. skey
+        r.k_cache[skey] = k
+        r.k_n = r.k_n + 1
+    end
+    return k
+end
+
 --- Check the rules of a request of app `a` (method, headers, cost = the known tier cost).
 -- Returns nil to go on (possibly after a throttle delay) or the rejecting rule, retry_after
 -- (seconds) and remaining.
@@ -228,15 +246,17 @@ function _M.check(a, method, headers, cost)
             local skey = matches(r)
             if skey then
                 metrics.inc(r.s_hits)
-                local units = r.unit == "cost" and cost or 1
+                local units = r.is_cost and cost or 1
                 local max_delay = r.max_delay or 0
                 local ok, delay, retry, remaining, slept, failed_open
-                if r.distribution == "global" then
+                local yielded = false
+                if r.is_global then
                     ok, delay, retry, remaining, slept, failed_open =
                         global.acquire(r, skey, units, max_delay)
+                    yielded = global.yielded
                 else
                     ok, delay, retry, remaining, slept =
-                        r.fn(rdict, r.k_local .. skey, r, units, t, max_delay, sleep, now)
+                        r.fn(rdict, local_key(r, skey), r, units, t, max_delay, sleep, now)
                 end
                 if failed_open then
                     metrics.inc(r.s_act.fail_open)
@@ -255,7 +275,7 @@ function _M.check(a, method, headers, cost)
                         sleep(delay)
                     end
                 end
-                if slept or delay > 0 or r.distribution == "global" then
+                if slept or delay > 0 or yielded then
                     -- this request yielded: other requests of the worker used `req`
                     req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
                     t = now()

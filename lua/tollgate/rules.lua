@@ -22,7 +22,6 @@ local sleep = ngx.sleep
 local md5 = ngx.md5
 local match = string.match
 local find = string.find
-local sub = string.sub
 local sort = table.sort
 local type = type
 
@@ -164,7 +163,7 @@ local function matches(r)
     if r.bucket or r.key_prefix or r.path_pat then
         local uri = path()
         if (r.bucket and req.bucket ~= r.bucket)
-                or (r.key_prefix and sub(req.key, 1, #r.key_prefix) ~= r.key_prefix)
+                or (r.key_prefix and find(req.key, r.key_prefix, 1, true) ~= 1)
                 or (r.path_pat and not find(uri, r.path_pat)) then
             return nil
         end
@@ -201,10 +200,15 @@ local function matches(r)
     if type(u) ~= "string" or u == "" then
         return nil
     end
-    if #u > 64 or find(u, "[^%w%-_.@]") then
-        u = md5(u)
+    if u == r.u_raw then       -- the same user as this rule's last request
+        return r.u_key
     end
-    return u
+    local k = u
+    if #u > 64 or find(u, "[^%w%-_.@]") then
+        k = md5(u)
+    end
+    r.u_raw, r.u_key = u, k
+    return k
 end
 
 -- The dict key of rule r's counter for scope key skey (built once per worker).
@@ -252,7 +256,7 @@ function _M.check(a, method, headers, cost)
                 local yielded = false
                 if r.is_global then
                     ok, delay, retry, remaining, slept, failed_open =
-                        global.acquire(r, skey, units, max_delay)
+                        global.acquire(r, skey, units, max_delay, t)
                     yielded = global.yielded
                 else
                     ok, delay, retry, remaining, slept =

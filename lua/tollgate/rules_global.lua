@@ -60,21 +60,25 @@ local function extra(r)
     return b
 end
 
-local K, K_n = {}, 0       -- per worker: lease key -> its strings and this worker's slice
-
--- The state of counter (rule r, scope key skey): {slice units, slice valid until, lease key
--- strings gx gl gi gn gr gf, Redis key}.
+-- The state of counter (rule r, scope key skey), built once per worker and rule version:
+-- {slice units, slice valid until, lease key strings gx gl gi gn gr gf, Redis key}.
 local function counter(r, skey)
-    local lk = r.id .. ":" .. skey
-    local ks = K[lk]
+    local c = r.g_cache
+    if not c then
+        c = {}
+        r.g_cache, r.g_n = c, 0
+    end
+    local ks = c[skey]
     if not ks then
-        if K_n >= 20000 then
-            K, K_n = {}, 0
+        if r.g_n >= 10000 then
+            c = {}
+            r.g_cache, r.g_n = c, 0
         end
+        local lk = r.id .. ":" .. skey
         ks = { 0, 0, "gx:" .. lk, "gl:" .. lk, "gi:" .. lk, "gn:" .. lk, "gr:" .. lk,
                "gf:" .. lk, r.k_global .. skey }
-        K[lk] = ks
-        K_n = K_n + 1
+        c[skey] = ks
+        r.g_n = r.g_n + 1
     end
     return ks
 end
@@ -158,8 +162,7 @@ local function renew(r, ks, units, min)
     return false, retry, 0
 end
 
-local function try(r, ks, units)
-    local t = now()
+local function try(r, ks, units, t)
     if ks[2] > t and ks[1] >= units then
         ks[1] = ks[1] - units
         return true, 0, 0
@@ -210,10 +213,10 @@ end
 
 --- Admit `units` against global rule r for scope key `skey`. Returns admitted, delay (always 0:
 -- a throttled request has already slept), retry_after, remaining, slept, failed_open.
-function _M.acquire(r, skey, units, max_delay)
+function _M.acquire(r, skey, units, max_delay, t)
     _M.yielded = false
     local ks = counter(r, skey)
-    local ok, retry, rem = try(r, ks, units)
+    local ok, retry, rem = try(r, ks, units, t or now())
     if ok == nil then
         return true, 0, 0, 0, false, true
     end
@@ -223,7 +226,7 @@ function _M.acquire(r, skey, units, max_delay)
     _M.yielded = true
     sleep(retry)
     dict:delete(ks[6])
-    ok, retry, rem = try(r, ks, units)
+    ok, retry, rem = try(r, ks, units, now())
     if ok == nil then
         return true, 0, 0, 0, true, true
     end

@@ -22,7 +22,6 @@ local sleep = ngx.sleep
 local md5 = ngx.md5
 local match = string.match
 local find = string.find
-local sub = string.sub
 local sort = table.sort
 local type = type
 
@@ -39,6 +38,7 @@ local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 function _M.init(settings, client, script_set)
     S, R, SC = settings, client, script_set
     global.init(settings, client, script_set)
+    algo.set_workers(ngx.worker.count() or 1)
 end
 
 local function compile(g)
@@ -52,6 +52,9 @@ local function compile(g)
                     .. '",action="' .. a .. '"}'
             end
             r.k_local = r.id .. ":"
+            r.k_cache, r.k_n = {}, 0          -- scope key -> dict key of the counter
+            r.is_global = r.distribution == "global"
+            r.is_cost = r.unit == "cost"
             r.k_global = keys.rule_counter(r.id) .. r.algorithm .. ":"
             r.fn = (r.algorithm == "fixed_window" and algo.fixed)
                 or (r.algorithm == "sliding_window" and algo.sliding) or algo.token
@@ -160,7 +163,7 @@ local function matches(r)
     if r.bucket or r.key_prefix or r.path_pat then
         local uri = path()
         if (r.bucket and req.bucket ~= r.bucket)
-                or (r.key_prefix and sub(req.key, 1, #r.key_prefix) ~= r.key_prefix)
+                or (r.key_prefix and find(req.key, r.key_prefix, 1, true) ~= 1)
                 or (r.path_pat and not find(uri, r.path_pat)) then
             return nil
         end
@@ -197,10 +200,29 @@ local function matches(r)
     if type(u) ~= "string" or u == "" then
         return nil
     end
-    if #u > 64 or find(u, "[^%w%-_.@]") then
-        u = md5(u)
+    if u == r.u_raw then       -- the same user as this rule's last request
+        return r.u_key
     end
-    return u
+    local k = u
+    if #u > 64 or find(u, "[^%w%-_.@]") then
+        k = md5(u)
+    end
+    r.u_raw, r.u_key = u, k
+    return k
+end
+
+-- The dict key of rule r's counter for scope key skey (built once per worker).
+local function local_key(r, skey)
+    local k = r.k_cache[skey]
+    if not k then
+        if r.k_n >= 10000 then
+            r.k_cache, r.k_n = {}, 0
+        end
+        k = r.k_local .. skey
+        r.k_cache[skey] = k
+        r.k_n = r.k_n + 1
+    end
+    return k
 end
 
 --- Check the rules of a request of app `a` (method, headers, cost = the known tier cost).
@@ -228,15 +250,17 @@ function _M.check(a, method, headers, cost)
             local skey = matches(r)
             if skey then
                 metrics.inc(r.s_hits)
-                local units = r.unit == "cost" and cost or 1
+                local units = r.is_cost and cost or 1
                 local max_delay = r.max_delay or 0
                 local ok, delay, retry, remaining, slept, failed_open
-                if r.distribution == "global" then
+                local yielded = false
+                if r.is_global then
                     ok, delay, retry, remaining, slept, failed_open =
-                        global.acquire(r, skey, units, max_delay)
+                        global.acquire(r, skey, units, max_delay, t)
+                    yielded = global.yielded
                 else
                     ok, delay, retry, remaining, slept =
-                        r.fn(rdict, r.k_local .. skey, r, units, t, max_delay, sleep, now)
+                        r.fn(rdict, local_key(r, skey), r, units, t, max_delay, sleep, now)
                 end
                 if failed_open then
                     metrics.inc(r.s_act.fail_open)
@@ -255,7 +279,7 @@ function _M.check(a, method, headers, cost)
                         sleep(delay)
                     end
                 end
-                if slept or delay > 0 or r.distribution == "global" then
+                if slept or delay > 0 or yielded then
                     -- this request yielded: other requests of the worker used `req`
                     req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
                     t = now()

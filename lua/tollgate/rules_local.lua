@@ -10,10 +10,81 @@
 --                   at most `limit` (see sub_windows()).
 --   token_bucket    GCRA: the theoretical arrival time under a short per-key lock.
 -- Entries carry TTLs so high-cardinality user/IP counters expire. Pure Lua given a dict.
+--
+-- Worker chunks (the cost of a rule is one shared-dict operation, ~700 instructions, so a
+-- busy rule must not pay it on every request): when a rule's limit is large (chunk() > 0), a
+-- worker reserves its request's units plus a chunk in the shared counter with the same single
+-- atomic operation and spends the chunk locally, without touching the dict:
+--   windows  a chunk belongs to the (sub-)window it was counted in and is only spent there;
+--            the shared counter holds every reserved unit, so admissions in a (sub-)window
+--            never exceed what the checks allowed (the limit is never exceeded; the sliding
+--            proof below holds unchanged). A sliding worker gives the unspent rest back when
+--            its sub-window ends. Close to the limit (less than workers x chunk left) nobody
+--            takes chunks any more, so a refusal happens only when the shared count is full
+--            but for what other workers still hold (at most one chunk each, at most
+--            workers x limit / 1024 in all).
+--   token    a chunk is only spent at the same clock reading (ngx.now(), 1 ms, the clock the
+--            bucket runs on) as it was taken, so the admissions are exactly the reservations;
+--            the unspent rest is returned to the bucket with the next reservation.
+-- Limits below 1024 units (and throttled requests) take no chunks: exactly one check per
+-- request against the shared state, as without chunks.
 local floor = math.floor
 local ceil = math.ceil
 
 local _M = {}
+
+local CHUNK_MAX = 256          -- units a worker holds of one window counter at most
+local TOKEN_CHUNK_MAX = 64     -- tokens a worker reserves for one clock reading at most
+
+local workers = 1
+--- Number of workers sharing the dict (chunk sizes leave room for each to hold one).
+function _M.set_workers(n)
+    workers = n > 0 and n or 1
+end
+
+local L, L_n = {}, 0           -- per worker: counter key -> its local state
+--- Replace this worker's local state (tests simulate several workers with it).
+function _M.set_state(t)
+    local old = L
+    L, L_n = t, 0
+    return old
+end
+
+-- A new local state entry (the table is dropped when per-user/IP keys pile up: what it held
+-- is then never spent, which only lowers what the node admits).
+local function new_state(key, st)
+    if L_n >= 20000 then
+        L, L_n = {}, 0
+    end
+    L[key] = st
+    L_n = L_n + 1
+    return st
+end
+
+-- Units a worker may hold of rule r's counters (0: none, every request checks the dict).
+local function chunk(r, token)
+    local c = r.chunk
+    if c == nil then
+        if token then
+            local rate = r.limit / r.window            -- units per second
+            c = floor((r.burst or r.limit) / 1024)
+            if c > floor(rate / 1000) then              -- what one millisecond refills
+                c = floor(rate / 1000)
+            end
+            if c > TOKEN_CHUNK_MAX then
+                c = TOKEN_CHUNK_MAX
+            end
+        else
+            c = floor(r.limit / 1024)
+            if c > CHUNK_MAX then
+                c = CHUNK_MAX
+            end
+        end
+        r.chunk = c
+    end
+    return c
+end
+_M.chunk = chunk
 
 --- Sub-windows of a sliding window: at least 10 (so a 1 s window moves in 100 ms steps), one
 -- per second up to 60, then 60. Returns N and the sub-window length g = window / N.
@@ -22,7 +93,8 @@ local _M = {}
 -- the counts of sub-windows c-N .. c plus its units stay within the limit. Any interval
 -- [a, a + W] with its last admission at t <= a + W has all its admissions in sub-windows
 -- floor(a / g) >= floor((t - W) / g) = c - N up to c, all of which that last check counted:
--- the interval admitted at most `limit`.
+-- the interval admitted at most `limit`. (With chunks: the admissions in sub-window c are at
+-- most its reserved units, all of which the last successful reservation in c counted.)
 function _M.sub_windows(window)
     local n = window
     if n < 10 then
@@ -33,45 +105,84 @@ function _M.sub_windows(window)
     return n, window / n
 end
 
-local prev_cache, prev_n = {}, 0     -- per worker: key -> {sub-window, sum of the N before}
-
--- Sum of sub-windows c-N .. c-1 (immutable once past, so cached per worker per sub-window;
--- only an undo can lower them afterwards, which makes the cached sum conservative).
-local function prev_sum(dict, key, c, n)
-    local e = prev_cache[key]
-    if e and e[1] == c then
-        return e[2]
+-- Local state of counter `key`: {window index, units held, key of that window's counter,
+-- sum of the N sub-windows before it (sliding), no-more-chunks flag}.
+local function state(key)
+    local st = L[key]
+    if not st then
+        st = new_state(key, { false, 0, false, 0, false })
     end
+    return st
+end
+
+-- Sum of sub-windows c-N .. c-1 (immutable once past but for give-backs, which only lower
+-- them: a sum read earlier is conservative).
+local function prev_sum(dict, key, c, n)
     local s = 0
     for j = c - n, c - 1 do
         s = s + (dict:get(key .. ":" .. j) or 0)
     end
-    if not e then
-        if prev_n >= 20000 then
-            prev_cache, prev_n = {}, 0
-        end
-        e = {}
-        prev_cache[key] = e
-        prev_n = prev_n + 1
-    end
-    e[1], e[2] = c, s
     return s
 end
 
-local function sliding_try(dict, key, limit, units, now, n, g, ttl)
+-- Move st to sub-window (or window) c: give back the units held of the previous one
+-- (sliding only: a fixed window's old counter no longer matters) and read the sums.
+local function roll(dict, key, st, c, n, give_back)
+    if give_back and st[2] > 0 and st[1] then
+        dict:incr(st[3], -st[2])
+    end
+    st[1], st[2], st[3], st[5] = c, 0, key .. ":" .. c, false
+    if n then
+        st[4] = prev_sum(dict, key, c, n)
+    end
+end
+
+-- One reservation of `units` (+ a chunk when allowed) in counter bk whose other counted
+-- units are `base`. Returns admitted and the count after it.
+local function reserve(dict, st, bk, base, limit, units, ch, ttl)
+    local take = units
+    if ch > 0 and not st[5] then
+        take = units + ch
+    end
+    local v = dict:incr(bk, take, 0, ttl)
+    local total = base + v
+    if total <= limit - workers * (take - units) then
+        st[2] = st[2] + take - units
+        return true, total
+    end
+    if total - take + units <= limit then
+        -- close to the limit: keep no chunk, from now on one exact check per request
+        if take > units then
+            dict:incr(bk, units - take)
+            st[5] = true
+        end
+        return true, total - take + units
+    end
+    dict:incr(bk, -take)
+    st[5] = true
+    return false, total - take + units
+end
+
+local function sliding_try(dict, key, limit, units, now, n, g, ttl, ch)
     local c = floor(now / g)
-    local bk = key .. ":" .. c
-    local v = dict:incr(bk, units, 0, ttl)
-    local total = prev_sum(dict, key, c, n) + v
-    if total <= limit then
+    local st = state(key)
+    if st[1] ~= c then
+        roll(dict, key, st, c, n, true)
+    end
+    if st[2] >= units then
+        st[2] = st[2] - units
+        return true, 0, 0
+    end
+    local ok, total = reserve(dict, st, st[3], st[4], limit, units, ch, ttl)
+    if ok then
         return true, 0, limit - total
     end
-    dict:incr(bk, -units)
     -- retry when enough of the oldest sub-windows have left the window
     local need = total - limit
     local freed = 0
+    local v = total - st[4] - units     -- this sub-window's count without this request
     for j = c - n, c do
-        freed = freed + (j == c and (v - units) or (dict:get(key .. ":" .. j) or 0))
+        freed = freed + (j == c and v or (dict:get(key .. ":" .. j) or 0))
         if freed >= need then
             return false, (j + n + 1) * g - now, 0
         end
@@ -80,27 +191,39 @@ local function sliding_try(dict, key, limit, units, now, n, g, ttl)
 end
 
 function _M.sliding(dict, key, r, units, now, max_delay, sleep, clock)
-    local n, g = _M.sub_windows(r.window)
+    local n, g = r.sw_n, r.sw_g
+    if not n then
+        n, g = _M.sub_windows(r.window)
+        r.sw_n, r.sw_g = n, g
+    end
     local ttl = r.window + 2 * g
-    local ok, retry, remaining = sliding_try(dict, key, r.limit, units, now, n, g, ttl)
+    local ch = max_delay > 0 and 0 or chunk(r)
+    local ok, retry, remaining = sliding_try(dict, key, r.limit, units, now, n, g, ttl, ch)
     if ok or retry > max_delay or units > r.limit then
         return ok, 0, retry, remaining
     end
     -- throttle: wait until the window has room, then check once more
     sleep(retry)
-    ok, retry, remaining = sliding_try(dict, key, r.limit, units, clock(), n, g, ttl)
+    ok, retry, remaining = sliding_try(dict, key, r.limit, units, clock(), n, g, ttl, 0)
     return ok, 0, retry, remaining, true
 end
 
 function _M.fixed(dict, key, r, units, now, max_delay)
     local w = r.window
     local idx = floor(now / w)
-    local bk = key .. ":" .. idx
-    local v = dict:incr(bk, units, 0, w + 1)
-    if v <= r.limit then
-        return true, 0, 0, r.limit - v
+    local st = state(key)
+    if st[1] ~= idx then
+        roll(dict, key, st, idx, nil, false)
     end
-    dict:incr(bk, -units)
+    if st[2] >= units then
+        st[2] = st[2] - units
+        return true, 0, 0, 0
+    end
+    local ok, total = reserve(dict, st, st[3], 0, r.limit, units,
+        max_delay > 0 and 0 or chunk(r), w + 1)
+    if ok then
+        return true, 0, 0, r.limit - total
+    end
     local retry = (idx + 1) * w - now
     if retry <= max_delay then
         -- throttle: take the units from the next window and wait for it to start
@@ -132,28 +255,50 @@ local function lock(dict, lk, sleep)
     return false
 end
 
+-- Token bucket local state: {clock reading of the chunk, tokens held, lock key}.
+local function tstate(key)
+    local st = L[key]
+    if not st then
+        st = new_state(key, { false, 0, key .. ":l" })
+    end
+    return st
+end
+
 function _M.token(dict, key, r, units, now, max_delay, sleep)
     local t = r.window / r.limit            -- seconds per unit
     local tau = r.burst * t
     if units > r.burst then
         return false, 0, r.window, 0
     end
-    local lk = key .. ":l"
-    local locked = lock(dict, lk, sleep)
-    local tat = dict:get(key) or now
+    local st = tstate(key)
+    if st[1] == now and st[2] >= units then
+        st[2] = st[2] - units
+        return true, 0, 0, 0
+    end
+    local ch = max_delay > 0 and 0 or chunk(r, true)
+    local back = st[2]                      -- the unspent rest of an older chunk goes back
+    st[1], st[2] = false, 0
+    local locked = lock(dict, st[3], sleep)
+    local tat = (dict:get(key) or now) - back * t
     if tat < now then
         tat = now
     end
     local new = tat + units * t
+    if ch > 0 and tat + (units + ch * (workers + 1)) * t - tau <= now then
+        new = new + ch * t                  -- far from empty: reserve a chunk too
+        st[1], st[2] = now, ch
+    end
     local allow_at = new - tau
     local delay = allow_at - now
     local ok = delay <= max_delay + 1e-9     -- float sums of t must not cost a token
     if ok then
         -- the key lives until the bucket is full again; absent means full
         dict:set(key, new, ceil(new - now) + 1)
+    elseif back > 0 then
+        dict:set(key, tat, ceil(tat - now) + 1)   -- keep the give-back
     end
     if locked then
-        dict:delete(lk)
+        dict:delete(st[3])
     end
     if not ok then
         return false, 0, delay, 0

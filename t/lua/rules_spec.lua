@@ -173,6 +173,11 @@ describe("rules_local", function()
     local function sleep_of(clock) return function(s) clock.t = clock.t + s end end
     local function now_of(clock) return function() return clock.t end end
 
+    before_each(function()
+        algo.set_workers(1)
+        algo.set_state({})
+    end)
+
     it("sub-windows: 10 below 10 s, one per second up to 60, then 60", function()
         assert.are.same({ 10, 0.1 }, { algo.sub_windows(1) })
         assert.are.same({ 30, 1 }, { algo.sub_windows(30) })
@@ -259,6 +264,92 @@ describe("rules_local", function()
         assert.is_nil(d:get("k"))
         assert.is_true(algo.token(d, "k", r, 5, clock.t, 0, sleep_of(clock)))
         assert.is_false(algo.token(d, "k", r, 6, clock.t, 0, sleep_of(clock)))
+    end)
+
+    -- Worker chunks: several workers (each its own local state) on one dict.
+    local function workers_of(n)
+        algo.set_workers(n)
+        local st = {}
+        for i = 1, n do st[i] = {} end
+        return function(i) algo.set_state(st[i]) end
+    end
+
+    it("fixed window with chunks: three workers admit exactly the limit", function()
+        local clock = { t = 2000.5 }
+        local d = fake_dict(clock)
+        local r = { limit = 8192, window = 10 }
+        local as = workers_of(3)
+        assert.are.equal(8, algo.chunk(r))
+        math.randomseed(7)
+        local n = 0
+        for _ = 1, 12000 do
+            as(math.random(1, 3))
+            if algo.fixed(d, "k", r, 1, clock.t, 0) then n = n + 1 end
+        end
+        assert.are.equal(8192, n)
+        assert.is_true(d:get("k:200") <= 8192)
+        -- far fewer dict operations than requests: the chunks were spent locally
+        local calls = 0
+        local incr = d.incr
+        d.incr = function(...) calls = calls + 1; return incr(...) end
+        clock.t = 2010.5
+        for i = 1, 3000 do
+            as(i % 3 + 1)
+            algo.fixed(d, "k", r, 1, clock.t, 0)
+        end
+        assert.is_true(calls < 3000 / 4, "dict calls " .. calls)
+    end)
+
+    it("sliding window with chunks: no interval of window length admits more than the limit",
+        function()
+        for seed = 1, 6 do
+            for _, w in ipairs({ 1, 60 }) do
+                local r = { limit = 10240, window = w, unit_cost = seed % 2 == 0 }
+                assert.is_true(algo.chunk(r) > 0)
+                local as = workers_of(3)
+                local clock = { t = 1000 + seed * 0.37 }
+                local d = fake_dict(clock)
+                math.randomseed(seed)
+                local adm = {}
+                for _ = 1, 40000 do
+                    clock.t = clock.t + math.random() * w / r.limit * 0.5
+                    as(math.random(1, 3))
+                    local units = r.unit_cost and math.random(1, 3) or 1
+                    if algo.sliding(d, "k", r, units, clock.t, 0) then
+                        adm[#adm + 1] = { clock.t, units }
+                    end
+                end
+                local m = max_in_window(adm, w)
+                assert.is_true(m <= r.limit, "seed " .. seed .. " window " .. w .. ": " .. m)
+                assert.is_true(m >= r.limit * 0.95, "seed " .. seed .. " window " .. w .. ": " .. m)
+            end
+        end
+    end)
+
+    it("token bucket with chunks: exactly the burst at one instant, then the rate", function()
+        local clock = { t = 700 }
+        local d = fake_dict(clock)
+        local r = { limit = 1024000, window = 1, burst = 20000 }
+        local as = workers_of(3)
+        assert.are.equal(19, algo.chunk(r, true))
+        math.randomseed(3)
+        local n = 0
+        for _ = 1, 25000 do
+            as(math.random(1, 3))
+            if algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)) then n = n + 1 end
+        end
+        assert.are.equal(20000, n)
+        -- then 2 x the rate for 50 ms in 1 ms steps: the burst is spent, the rate passes
+        n = 0
+        for _ = 1, 50 do
+            clock.t = clock.t + 0.001
+            for _ = 1, 2048 do
+                as(math.random(1, 3))
+                if algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)) then n = n + 1 end
+            end
+        end
+        assert.is_true(n <= 50 * 1024 + 1, "admitted " .. n)
+        assert.is_true(n >= 50 * 1024 - 3 * 19, "admitted " .. n)
     end)
 
     it("fixed window throttle takes from the next window", function()

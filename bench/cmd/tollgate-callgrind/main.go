@@ -1,0 +1,278 @@
+// Command tollgate-callgrind counts the CPU instructions nginx spends per request in the
+// benchmark's variants, under valgrind's callgrind: a figure that, unlike requests per second,
+// does not move with whatever else the machine is running. Each variant runs as a single
+// nginx process (master_process off, 1 worker) in front of the same backend server block as
+// `make bench`; after a warm-up (so that LuaJIT has compiled its traces) the counters are reset,
+// N keep-alive requests are sent with curl, and the counters are dumped.
+//
+//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000]
+//
+// Needs valgrind (callgrind, callgrind_control, callgrind_annotate), curl, nginx and
+// redis-server. Timers of the gateway fire per second, not per request, so under valgrind's
+// slow-down they weigh more per request than at full speed: the "timers" column shows them.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"tollgate/bench/internal/nginxenv"
+	"tollgate/bench/internal/proc"
+	"tollgate/bench/internal/redisenv"
+	"tollgate/bench/internal/runner"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "tollgate-callgrind:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type config struct {
+	repo     string
+	requests int
+	warmup   int
+}
+
+// row is one variant's instructions per request: in total and inside the phases that
+// callgrind_annotate can attribute.
+type row struct {
+	name                     string
+	total, access, log, tmrs float64
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	repo, err := runner.FindRepo(cwd)
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("tollgate-callgrind", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := config{}
+	fs.StringVar(&cfg.repo, "repo", repo, "checkout whose nginx/ and lua/ the gateway runs")
+	fs.IntVar(&cfg.requests, "n", 4000, "measured requests per variant")
+	fs.IntVar(&cfg.warmup, "warmup", 3000, "requests before the counters are reset")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.requests < 100 || cfg.warmup < 0 {
+		return fmt.Errorf("-n must be >= 100 and -warmup >= 0")
+	}
+	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate", "curl",
+		"nginx", "redis-server"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s is required (apt-get install valgrind curl): %w", bin, err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "tollgate-callgrind-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // nginx workers may run as nobody
+		return err
+	}
+	ctx := context.Background()
+	rdir := filepath.Join(dir, "redis")
+	if err := os.Mkdir(rdir, 0o755); err != nil {
+		return err
+	}
+	r, err := redisenv.Start(ctx, rdir)
+	if err != nil {
+		return err
+	}
+	defer r.Stop()
+	if err := redisenv.Seed(ctx, r.Client()); err != nil {
+		return err
+	}
+	var rows []row
+	for _, v := range []nginxenv.Variant{
+		{Key: "a", Name: "plain", Kind: nginxenv.Plain},
+		{Key: "e", Name: "empty-lua-phases", Kind: nginxenv.EmptyLua},
+		{Key: "b", Name: "tollgate", Kind: nginxenv.Lease},
+	} {
+		fmt.Fprintf(stderr, "[%s] %s: %d warm-up + %d measured requests under callgrind\n",
+			time.Now().Format("15:04:05"), v.Label(), cfg.warmup, cfg.requests)
+		rw, err := measure(ctx, cfg, dir, r.URL(), v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v.Label(), err)
+		}
+		rows = append(rows, rw)
+	}
+	fmt.Fprintf(stdout, "\ninstructions per request under callgrind (%d requests, 1 nginx process)\n\n",
+		cfg.requests)
+	fmt.Fprintln(stdout, "| variant | total | over (a) | access phase | log phase | timers |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+	for _, rw := range rows {
+		fmt.Fprintf(stdout, "| %s | %.0f | %+.0f | %.0f | %.0f | %.0f |\n", rw.name, rw.total,
+			rw.total-rows[0].total, rw.access, rw.log, rw.tmrs)
+	}
+	return nil
+}
+
+func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.Variant) (row, error) {
+	listen, err := proc.FreePort()
+	if err != nil {
+		return row{}, err
+	}
+	backend, err := proc.FreePort()
+	if err != nil {
+		return row{}, err
+	}
+	prefix := filepath.Join(dir, v.Key+"-"+v.Name)
+	conf, err := nginxenv.Render(v, nginxenv.Layout{Prefix: prefix, Repo: cfg.repo, Workers: 1,
+		LogLevel: "warn", Listen: "127.0.0.1:" + strconv.Itoa(listen),
+		Backend: "127.0.0.1:" + strconv.Itoa(backend)})
+	if err != nil {
+		return row{}, err
+	}
+	text, err := os.ReadFile(conf)
+	if err != nil {
+		return row{}, err
+	}
+	// one process: callgrind follows it, and the request path is not split across workers
+	if err := os.WriteFile(conf, append([]byte("master_process off;\n"), text...), 0o644); err != nil {
+		return row{}, err
+	}
+	out := filepath.Join(prefix, "callgrind.out")
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out+".%p",
+		"nginx", "-p", prefix, "-c", conf)
+	cmd.Env = os.Environ()
+	if v.Tollgate() {
+		cmd.Env = append(cmd.Env, "TOLLGATE_REDIS_URL="+redisURL, "TOLLGATE_NODE_ID=callgrind",
+			"TOLLGATE_LIMITER_MODE="+v.Mode())
+	}
+	p, err := proc.Start("valgrind nginx "+v.Name, cmd)
+	if err != nil {
+		return row{}, err
+	}
+	defer p.Stop(syscall.SIGQUIT, 20*time.Second)
+	url := "http://127.0.0.1:" + strconv.Itoa(listen) + nginxenv.ObjectPath
+	ok := func(ctx context.Context) (bool, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req.Header.Set(nginxenv.AppHeader, redisenv.AppID)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, fmt.Errorf("status %d", res.StatusCode)
+	}
+	if err := p.Poll(ctx, 2*time.Minute, 200*time.Millisecond, ok); err != nil {
+		return row{}, fmt.Errorf("not answering 200 under valgrind: %w\n%s", err, p.Output())
+	}
+	if err := curl(prefix, url, cfg.warmup); err != nil {
+		return row{}, err
+	}
+	pid := strconv.Itoa(p.PID())
+	if b, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
+		return row{}, fmt.Errorf("callgrind_control -z: %w: %s", err, b)
+	}
+	if err := curl(prefix, url, cfg.requests); err != nil {
+		return row{}, err
+	}
+	if b, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
+		return row{}, fmt.Errorf("callgrind_control -d: %w: %s", err, b)
+	}
+	dump, err := waitDump(ctx, out+"."+pid+".1")
+	if err != nil {
+		return row{}, err
+	}
+	return annotate(v.Label(), dump, float64(cfg.requests))
+}
+
+// curl sends n keep-alive requests over one connection (curl -K with n URLs).
+func curl(prefix, url string, n int) error {
+	if n == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "url = %q\noutput = \"/dev/null\"\n", url)
+	}
+	list := filepath.Join(prefix, "urls.txt")
+	if err := os.WriteFile(list, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	out, err := exec.Command("curl", "-sS", "--fail", "-H", nginxenv.AppHeader+": "+redisenv.AppID,
+		"-K", list).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("curl: %w: %s", err, out)
+	}
+	return nil
+}
+
+func waitDump(ctx context.Context, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte("\ntotals:")) {
+			return path, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no complete callgrind dump at %s", path)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var (
+	totalsLine = regexp.MustCompile(`(?m)^(?:summary|totals): (\d+)`)
+	inclLine   = regexp.MustCompile(`(?m)^\s*([\d,]+) \(\s*[\d.]+%\)\s+\S*:(ngx_http_lua_access_handler|ngx_http_lua_log_handler|ngx_event_expire_timers) `)
+)
+
+// annotate reads the dump's total and, from callgrind_annotate's inclusive view, the access
+// and log phase handlers and the timers.
+func annotate(name, dump string, n float64) (row, error) {
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		return row{}, err
+	}
+	m := totalsLine.FindSubmatch(b)
+	if m == nil {
+		return row{}, fmt.Errorf("%s: no totals", dump)
+	}
+	total, _ := strconv.ParseFloat(string(m[1]), 64)
+	out, err := exec.Command("callgrind_annotate", "--inclusive=yes", "--threshold=100", dump).Output()
+	if err != nil {
+		return row{}, fmt.Errorf("callgrind_annotate: %w", err)
+	}
+	rw := row{name: name, total: total / n}
+	for _, m := range inclLine.FindAllSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(strings.ReplaceAll(string(m[1]), ",", ""), 64)
+		switch string(m[2]) {
+		case "ngx_http_lua_access_handler":
+			rw.access = v / n
+		case "ngx_http_lua_log_handler":
+			rw.log = v / n
+		case "ngx_event_expire_timers":
+			rw.tmrs = v / n
+		}
+	}
+	return rw, nil
+}

@@ -43,8 +43,8 @@ local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE
 -- LuaJIT limits for the request path. access() is one long function whose shared-dict calls
 -- LuaJIT inlines into a single trace; with the VM's defaults that trace aborts ("loop unroll
 -- limit reached", "trace too long"), gets blacklisted and the whole path runs in the
--- interpreter. Measured with callgrind (bench/README.md): the access phase drops from about
--- 32k to 23k instructions per request with these limits. They are VM-wide, so an nginx
+-- interpreter. Measured with `go run ./bench/cmd/tollgate-callgrind`: the access phase drops
+-- from about 32k to 23k instructions per request with these limits. They are VM-wide, so an nginx
 -- that runs other Lua can keep its own with TOLLGATE_JIT_TUNE=off.
 local JIT_LIMITS = { "maxrecord=20000", "maxirconst=2000", "maxsnap=1000", "loopunroll=60" }
 

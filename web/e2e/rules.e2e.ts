@@ -140,6 +140,7 @@ describe('rules, breakers, alerts and events on a real stack', () => {
     expect(refused.length).toBeGreaterThan(0)
     hits = answers.length
     blocked = refused.length
+    console.log(`rule ${RULE}: ${hits} PUTs matched, ${hits - blocked} admitted, ${blocked} refused (429 rule_limited)`)
     // the gateway pushes its counters about every second; the list polls them
     await until(async () => (await rules.cell(RULE, 'hits')) === String(hits), `the hits to show ${hits}`, 30_000)
     await until(async () => (await rules.cell(RULE, 'blocked')) === String(blocked), `the blocked to show ${blocked}`)
@@ -257,6 +258,7 @@ describe('rules, breakers, alerts and events on a real stack', () => {
       // open timeout and a failed probe re-opened it)
       expect(failed.length).toBeGreaterThanOrEqual(10)
       const refusal = seen.at(-1)
+      console.log(`breaker ${BREAKER}: opened after ${failed.length} backend 503s`)
       expect(refusal).toMatchObject({ status: 503, reason: 'circuit_open', backend: BREAKER })
       expect(Number(refusal?.retryAfter)).toBeGreaterThanOrEqual(1)
 

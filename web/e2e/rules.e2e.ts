@@ -1,22 +1,37 @@
 // Rules, circuit breakers, alerts and events in the console, end to end: Debian's Chromium
 // against a real stack (redis-server, control plane with the embedded build, nginx gateway).
-// Steps build on each other like an operator's session. What a gateway writes (rule counters,
-// sampled events; docs/rules-contract.md §1, §5) is seeded into the stack's Redis with the
-// gateway's own commands. Screenshots land in e2e/artifacts/.
+// Steps build on each other like an operator's session. What the console shows of the gateway
+// (rule counters, sampled events, breaker states; docs/rules-contract.md §1, §5, §6) comes from
+// requests sent through the stack's gateway, one by one, and from its demo backend failing on
+// command; nothing of it is written into Redis by the test. Screenshots land in e2e/artifacts/.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openBrowser, screenshot, type Browser } from './browser.ts'
 import { LoginPage } from './pages/pages.ts'
 import { AlertsPage, BreakersPage, EventsPage, RulesPage } from './pages/rules.ts'
 import { byTest, until } from './pages/ui.ts'
-import { ADMIN, Api, redisCli, startStack, type Stack } from './stack.ts'
+import { ADMIN, Api, demoBackend, gatewayConfigVersion, redisCli, send, startStack, type Answer,
+  type Stack } from './stack.ts'
 
 const RULE = 'e2e-puts'
-const BREAKER = 'e2e-backend'
+// the stack's gateway location sets no $tollgate_backend: its backend is "default"
+// (nginx/gateway.conf.tmpl, contract §3)
+const BREAKER = 'default'
 const VIEWER = { username: 'e2e-viewer', password: 'e2e-viewer-password-1' }
 
 interface ApiRule { id: string; limit: number; action: string; enabled: boolean; throttle_max_delay_ms?: number;
   match: { app_ids?: string[]; methods?: string[] }; stats: { hits: number; blocked: number } }
+interface ApiBreaker { name: string; failure_threshold: number; open_timeout_ms: number
+  nodes: { node_id: string; key: string; state: string; opened_at: number; retry_at: number }[] }
 interface ApiAlert { id: string; kind: string; active: boolean; acknowledged: boolean; acknowledged_by?: string }
+
+/** waits until the gateway enforces the config version Redis holds now (the console's last write) */
+async function gatewayCaughtUp(stack: Stack): Promise<void> {
+  const want = Number(await redisCli(stack, 'GET', 'ratelimit:config:version'))
+  await until(async () => (await gatewayConfigVersion(stack)) >= want, `the gateway to load config version ${want}`, 30_000)
+}
+
+/** the backend's failure answers (S3 XML errors) versus the gateway's own refusals (JSON reasons) */
+const fromBackend = (a: Answer): boolean => a.reason === undefined
 
 async function signIn(b: Browser, base: string, who: { username: string; password: string }): Promise<void> {
   const login = new LoginPage(b.page, base)
@@ -29,6 +44,9 @@ describe('rules, breakers, alerts and events on a real stack', () => {
   let stack: Stack
   let api: Api
   let admin: Browser
+  // what step 03 sent through the gateway and saw refused by the rule
+  let hits = 0
+  let blocked = 0
 
   beforeAll(async () => {
     stack = await startStack()
@@ -96,20 +114,40 @@ describe('rules, breakers, alerts and events on a real stack', () => {
       match: { app_ids: ['demo-p1'], methods: ['PUT'] } })
   })
 
-  it('03 shows the counters the gateways report, without a reload', async () => {
+  it('03 counts the requests the rule matched and blocked, without a reload', async () => {
     const { page } = admin
     const rules = new RulesPage(page, stack.base)
     await rules.goto()
     expect(await rules.cell(RULE, 'hits')).toBe('0')
     await page.evaluate(() => { (window as unknown as { e2eSamePage: boolean }).e2eSamePage = true })
-    // what a gateway's flush does every second (contract §1: HINCRBY of its deltas)
-    await redisCli(stack, 'HINCRBY', 'ratelimit:rules:stats', `${RULE}:hits`, '1234')
-    await redisCli(stack, 'HINCRBY', 'ratelimit:rules:stats', `${RULE}:blocked`, '56')
-    await until(async () => (await rules.cell(RULE, 'hits')) === '1,234', 'the hits to show 1,234', 30_000)
-    expect(await rules.cell(RULE, 'blocked')).toBe('56')
+    await gatewayCaughtUp(stack)
+    // requests the rule does not match (a GET of demo-p1, PUTs of demo-p2) are not its hits
+    for (let i = 0; i < 3; i++) {
+      expect((await send(stack.gateway, 'demo-p1', 'GET', `/e2e-bucket/none-${i}`)).status).toBe(404)
+      expect((await send(stack.gateway, 'demo-p2', 'PUT', `/e2e-bucket/p2-${i}`, 'x'.repeat(64))).status).toBe(200)
+    }
+    // 60 PUTs of demo-p1, one after another: 50 fit the 10 s window, the rest are refused by the rule
+    const answers: Answer[] = []
+    for (let i = 0; i < 60; i++) {
+      answers.push(await send(stack.gateway, 'demo-p1', 'PUT', `/e2e-bucket/r${i}`, 'x'.repeat(64)))
+    }
+    const refused = answers.filter((a) => a.status === 429)
+    expect(refused.map((a) => `${a.reason} ${a.rule_id}`)).toEqual(refused.map(() => `rule_limited ${RULE}`))
+    expect(answers.filter((a) => a.status !== 429).map((a) => a.status)).toEqual(
+      answers.filter((a) => a.status !== 429).map(() => 200))
+    // the first 50 are admitted; a sliding window may admit more only as 10 s pass
+    expect(answers.slice(0, 50).every((a) => a.status === 200)).toBe(true)
+    expect(refused.length).toBeGreaterThan(0)
+    hits = answers.length
+    blocked = refused.length
+    console.log(`rule ${RULE}: ${hits} PUTs matched, ${hits - blocked} admitted, ${blocked} refused (429 rule_limited)`)
+    // the gateway pushes its counters about every second; the list polls them
+    await until(async () => (await rules.cell(RULE, 'hits')) === String(hits), `the hits to show ${hits}`, 30_000)
+    await until(async () => (await rules.cell(RULE, 'blocked')) === String(blocked), `the blocked to show ${blocked}`)
+    expect(await rules.cell(RULE, 'throttled')).toBe('0')
     expect(await rules.cell(RULE, 'fail_open')).toBe('0')
     expect(await page.evaluate(() => (window as unknown as { e2eSamePage?: boolean }).e2eSamePage)).toBe(true)
-    expect((await api.call<ApiRule>('GET', `/api/v1/rules/${RULE}`)).stats).toMatchObject({ hits: 1234, blocked: 56 })
+    expect((await api.call<ApiRule>('GET', `/api/v1/rules/${RULE}`)).stats).toMatchObject({ hits, blocked })
     await screenshot(page, 'r04-rules-counters')
   })
 
@@ -133,7 +171,7 @@ describe('rules, breakers, alerts and events on a real stack', () => {
     expect(await api.call<ApiRule>('GET', `/api/v1/rules/${RULE}`))
       .toMatchObject({ limit: 80, action: 'throttle', throttle_max_delay_ms: 300 })
     // the counters survive an edit
-    expect(await rules.cell(RULE, 'hits')).toBe('1,234')
+    expect(await rules.cell(RULE, 'hits')).toBe(String(hits))
   })
 
   it('05 disables and enables it from the list, each through the diff', async () => {
@@ -152,28 +190,28 @@ describe('rules, breakers, alerts and events on a real stack', () => {
     expect((await api.call<ApiRule>('GET', `/api/v1/rules/${RULE}`)).enabled).toBe(true)
   })
 
-  it('06 shows sampled events, filtered by rule', async () => {
+  it('06 shows the events of the rule\'s refusals, filtered by rule', async () => {
     const { page } = admin
-    const now = Date.now()
-    // what a gateway's event flush appends (contract §5)
-    await redisCli(stack, 'XADD', 'ratelimit:events', 'MAXLEN', '~', '100000', '*', 'event_type', 'rule_triggered',
-      'severity', 'warning', 'app_id', 'demo-p1', 'rule_id', RULE, 'rule_type', 'sliding_window',
-      'action_taken', 'throttled', 'http_method', 'PUT', 'endpoint', '/e2e-bucket/a', 'response_code', '200',
-      'node_id', 'gw-e2e', 'sampled', '3', 'created_at', String(now - 1000))
-    await redisCli(stack, 'XADD', 'ratelimit:events', '*', 'event_type', 'request_blocked', 'severity', 'info',
-      'app_id', 'demo-p2', 'rule_type', 'tier', 'action_taken', 'blocked', 'response_code', '429',
-      'node_id', 'gw-e2e', 'created_at', String(now))
     const events = new EventsPage(page, stack.base)
     await events.goto()
-    await until(async () => (await events.rows().count()) === 2, 'both events in the table')
-    expect(await events.rows().first().textContent()).toContain('request_blocked') // newest first
-    await events.filterRule(RULE)
-    await until(async () => (await events.rows().count()) === 1, 'only the rule\'s event')
-    const row = await events.rows().first().textContent()
-    expect(row).toContain('rule_triggered')
-    expect(row).toContain('×3')
-    expect(row).toContain('PUT /e2e-bucket/a')
+    // the gateway flushes its events about every second; "Show" asks again
+    await until(async () => {
+      await events.showRule(RULE)
+      return (await events.occurrences()) === blocked
+    }, `events standing for the ${blocked} refusals`, 30_000)
+    // one entry per refusal at most (their `sampled` counts add up to the refusals)
+    const rows = await events.rows().allTextContents()
+    expect(rows.length).toBeGreaterThan(0)
+    expect(rows.length).toBeLessThanOrEqual(blocked)
+    for (const row of rows) {
+      expect(row).toContain('rule_triggered')
+      expect(row).toMatch(new RegExp(`demo-p1\\s*${RULE}\\s*sliding_window\\s*blocked\\s*PUT /e2e-bucket/r\\d+\\s*429`))
+      expect(row).toContain('gw-e2e')
+    }
     await screenshot(page, 'r07-events')
+    // the filter is the server's: another rule id lists nothing
+    await events.showRule('e2e-no-such-rule')
+    await until(async () => (await events.rows().count()) === 0, 'no events for another rule')
   })
 
   it('07 deletes the rule and its counters', async () => {
@@ -186,47 +224,104 @@ describe('rules, breakers, alerts and events on a real stack', () => {
     expect(await redisCli(stack, 'HEXISTS', 'ratelimit:rules:stats', `${RULE}:hits`)).toBe('0')
   })
 
-  it('08 creates a circuit breaker through the diff and shows it with its state', async () => {
+  it('08 creates a circuit breaker for the backend and follows it open, half-open and closed', async () => {
     const { page } = admin
     const breakers = new BreakersPage(page, stack.base)
     await breakers.goto()
     await screenshot(page, 'r08-breakers-before')
-    const diff = await breakers.create(BREAKER, { failure_threshold: 7, open_timeout_ms: 15000 })
+    // defaults: ≥ 10 requests in 10 s, ≥ 50 % failed; 3 successful probes close it
+    const diff = await breakers.create(BREAKER, { failure_threshold: 5, open_timeout_ms: 2000 })
     const rows = await diff.rows()
-    expect(rows).toContainEqual([`breakers[${BREAKER}].failure_threshold`, '∅', '7'])
-    expect(rows).toContainEqual([`breakers[${BREAKER}].open_timeout_ms`, '∅', '15000'])
-    expect((await api.raw('GET', '/api/v1/breakers')).ok).toBe(true)
+    expect(rows).toContainEqual([`breakers[${BREAKER}].failure_threshold`, '∅', '5'])
+    expect(rows).toContainEqual([`breakers[${BREAKER}].open_timeout_ms`, '∅', '2000'])
     expect((await api.call<{ name: string }[]>('GET', '/api/v1/breakers')).map((b) => b.name)).not.toContain(BREAKER)
     await diff.apply()
-    await breakers.card(BREAKER).waitFor()
+    const card = breakers.card(BREAKER)
+    await card.waitFor()
     expect(await breakers.state(BREAKER)).toBe('closed') // no node has seen a failure
-    expect(await breakers.card(BREAKER).textContent()).toMatch(/trips at ≥ 7 failures/)
-    const listed = await api.call<{ name: string; failure_threshold: number }[]>('GET', '/api/v1/breakers')
-    expect(listed.find((b) => b.name === BREAKER)).toMatchObject({ failure_threshold: 7 })
+    expect(await card.textContent()).toMatch(/trips at ≥ 5 failures/)
+    const listed = await api.call<ApiBreaker[]>('GET', '/api/v1/breakers')
+    expect(listed.find((b) => b.name === BREAKER)).toMatchObject({ failure_threshold: 5, open_timeout_ms: 2000 })
+    await gatewayCaughtUp(stack)
 
-    // a second node's report (contract §6) with the breaker open and, per app, half-open
-    const t = Math.floor(Date.now() / 1000)
-    await redisCli(stack, 'HSET', 'ratelimit:gateways', 'gw-e2e-b', JSON.stringify({ node_id: 'gw-e2e-b',
-      last_seen: t, config_version: 1, breakers: {
-        [BREAKER]: { state: 'open', failures: 9, requests: 12, opened_at: t, retry_at: t + 600 },
-        [`${BREAKER}/demo-p1`]: { state: 'half_open', failures: 0, requests: 1, opened_at: t - 30, retry_at: t },
-      } }))
+    const node = card.locator('[data-test="breaker-nodes"] .el-table__row', { hasText: 'gw-e2e' })
+    const nodeState = async () => (await node.locator('[data-test="node-state"]').textContent())?.trim()
+    const get = () => send(stack.gateway, 'demo-p2', 'GET', '/e2e-bucket/p2-0')
+    await demoBackend(stack, 'fail?status=503')
     try {
+      // every request fails at the backend until the breaker opens; then the gateway refuses
+      const seen: Answer[] = []
+      for (let i = 0; i < 40 && !seen.some((a) => a.reason === 'circuit_open'); i++) seen.push(await get())
+      const failed = seen.filter(fromBackend)
+      expect(failed.map((a) => a.status)).toEqual(failed.map(() => 503))
+      // min_requests: never open on fewer (exactly 10 unless the machine stalled past the 2 s
+      // open timeout and a failed probe re-opened it)
+      expect(failed.length).toBeGreaterThanOrEqual(10)
+      const refusal = seen.at(-1)
+      console.log(`breaker ${BREAKER}: opened after ${failed.length} backend 503s`)
+      expect(refusal).toMatchObject({ status: 503, reason: 'circuit_open', backend: BREAKER })
+      expect(Number(refusal?.retryAfter)).toBeGreaterThanOrEqual(1)
+
+      // open stays open without traffic (the node moves to half-open on the first request after
+      // the timeout), so the node report shows it however slowly the page follows
       await until(async () => (await breakers.state(BREAKER)) === 'open', 'the breaker to show as open', 30_000)
-      const card = breakers.card(BREAKER)
       expect(await card.locator('[data-test="breaker-state"]').getAttribute('class')).toContain('el-tag--danger')
-      const nodes = card.locator('[data-test="breaker-nodes"] .el-table__row')
-      expect(await nodes.count()).toBe(2)
-      const whole = nodes.filter({ hasNotText: `${BREAKER}/demo-p1` })
-      const perApp = nodes.filter({ hasText: `${BREAKER}/demo-p1` })
-      expect(await whole.textContent()).toMatch(/gw-e2e-b\s*e2e-backend\s*open\s*9 \/ 12\s*in (9|10)m/)
-      expect(await perApp.textContent()).toMatch(/half-open\s*0 \/ 1/)
-      expect(await whole.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--danger')
-      expect(await perApp.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--warning')
-      await screenshot(page, 'r09-breakers')
+      expect(await nodeState()).toBe('open')
+      expect(await node.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--danger')
+      // the window at the trip: 10 requests, all failed (a failed probe keeps it)
+      expect(await node.textContent()).toMatch(/gw-e2e\s*default\s*open\s*10 \/ 10/)
+      const reported = (await api.call<ApiBreaker[]>('GET', '/api/v1/breakers'))
+        .find((b) => b.name === BREAKER)?.nodes.find((n) => n.node_id === 'gw-e2e')
+      expect(reported?.state).toBe('open')
+      const retryAt = reported?.retry_at ?? 0
+      expect(retryAt - (reported?.opened_at ?? 0)).toBeGreaterThanOrEqual(2) // open_timeout_ms 2000
+      expect(retryAt - (reported?.opened_at ?? 0)).toBeLessThanOrEqual(3)
+      // the retry time: "in …" until it passes, then "now"; its exact time in the tooltip
+      const retry = node.locator('td').nth(4).locator('span')
+      expect((await retry.textContent())?.trim()).toMatch(/^(in \d+s|now)$/)
+      const shown = await page.evaluate((t) => new Date(t * 1000).toLocaleString('en-GB',
+        { dateStyle: 'short', timeStyle: 'medium' }), retryAt)
+      expect(await retry.getAttribute('title')).toBe(shown)
+      await screenshot(page, 'r09-breaker-open')
+
+      await demoBackend(stack, 'heal')
+      // refused (never sent to the backend) until open_timeout_ms has passed; then one probe
+      // goes through, succeeds, and leaves the breaker half-open (1 of 3 successes) until the
+      // next probe: with no further request it stays half-open, so the report catches it
+      const probe = await until(async () => {
+        const a = await get()
+        return a.reason === 'circuit_open' ? null : a
+      }, 'a probe to pass the breaker', 30_000)
+      expect(probe?.status).toBe(200)
+      await until(async () => (await breakers.state(BREAKER)) === 'half-open', 'the breaker to show as half-open', 30_000)
+      expect(await card.locator('[data-test="breaker-state"]').getAttribute('class')).toContain('el-tag--warning')
+      expect(await nodeState()).toBe('half-open')
+      expect(await node.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--warning')
+      await screenshot(page, 'r09b-breaker-half-open')
+
+      // two more successful probes close it
+      for (let i = 0; i < 2; i++) expect((await get()).status).toBe(200)
+      await until(async () => (await breakers.state(BREAKER)) === 'closed' && (await nodeState()) === 'closed',
+        'the breaker to show as closed', 30_000)
+      expect(await node.locator('[data-test="node-state"]').getAttribute('class')).toContain('el-tag--success')
+      expect(await node.locator('td').nth(4).textContent()).toContain('–')
+      await screenshot(page, 'r09c-breaker-closed')
     } finally {
-      await redisCli(stack, 'HDEL', 'ratelimit:gateways', 'gw-e2e-b')
+      await demoBackend(stack, 'heal')
     }
+
+    // its transitions are events of the breaker
+    const events = new EventsPage(page, stack.base)
+    await events.goto()
+    await until(async () => {
+      await events.showRule(BREAKER)
+      const types = await events.types()
+      return types.includes('circuit_opened') && types.includes('circuit_closed')
+    }, 'the circuit_opened and circuit_closed events', 30_000)
+    const types = await events.types()
+    expect(types.indexOf('circuit_closed')).toBeLessThan(types.lastIndexOf('circuit_opened')) // newest first
+
+    await breakers.goto()
     await breakers.remove(BREAKER)
     await breakers.card(BREAKER).waitFor({ state: 'detached' })
     expect((await api.call<{ name: string }[]>('GET', '/api/v1/breakers')).map((b) => b.name)).not.toContain(BREAKER)

@@ -27,6 +27,8 @@ export interface Stack {
   /** the control plane: API and console */
   base: string
   gateway: string
+  /** the demo storage backend behind the gateway (its failure switch answers loopback only) */
+  backend: string
   /** host:port of the stack's redis-server */
   redis: string
   runDir: string
@@ -61,6 +63,7 @@ export async function startStack(): Promise<Stack> {
   return {
     base: `http://127.0.0.1:${cp}`,
     gateway: `http://127.0.0.1:${gw}`,
+    backend: `http://127.0.0.1:${backend}`,
     redis: `127.0.0.1:${redis}`,
     runDir,
     async stop() {
@@ -70,10 +73,7 @@ export async function startStack(): Promise<Stack> {
   }
 }
 
-/**
- * A command to the stack's Redis, for seeding what a gateway would write (rule counters, sampled
- * events; docs/rules-contract.md §1, §5).
- */
+/** A command to the stack's Redis, for reading what the parts wrote there. */
 export async function redisCli(stack: Pick<Stack, 'redis'>, ...args: string[]): Promise<string> {
   const [host = '127.0.0.1', port = '6379'] = stack.redis.split(':')
   const { stdout } = await run('redis-cli', ['-h', host, '-p', port, ...args], { timeout: 10_000 })
@@ -103,6 +103,44 @@ export class Api {
     if (auth) headers.Authorization = `Bearer ${this.token}`
     return fetch(this.base + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
   }
+}
+
+/** The gateway's answer to one request: its status and, for a refusal, the body's reason fields. */
+export interface Answer {
+  status: number
+  /** `reason` of a JSON refusal (rule_limited, circuit_open, …); absent for the backend's own answers */
+  reason?: string
+  rule_id?: string
+  backend?: string
+  retryAfter: string | null
+}
+
+/** One request through the gateway as app appId (sequential callers see the gateway's decisions
+ *  one by one). */
+export async function send(gateway: string, appId: string, method: string, path: string, body?: string): Promise<Answer> {
+  const res = await fetch(gateway + path, { method, headers: { 'X-App-Id': appId }, body })
+  const text = await res.text()
+  const answer: Answer = { status: res.status, retryAfter: res.headers.get('retry-after') }
+  if ((res.headers.get('content-type') ?? '').includes('json')) {
+    try {
+      const j = JSON.parse(text) as { reason?: string; rule_id?: string; backend?: string }
+      Object.assign(answer, { reason: j.reason, rule_id: j.rule_id, backend: j.backend })
+    } catch { /* not a refusal of the gateway */ }
+  }
+  return answer
+}
+
+/** The config version the gateway enforces (its /metrics), or NaN before its first load. */
+export async function gatewayConfigVersion(stack: Pick<Stack, 'gateway'>): Promise<number> {
+  const text = await (await fetch(`${stack.gateway}/metrics`)).text()
+  const m = text.match(/^ratelimit_config_version (\d+)/m)
+  return m?.[1] === undefined ? NaN : Number(m[1])
+}
+
+/** The demo backend's failure switch (README "Circuit breaker"): `fail?status=503`, `heal`. */
+export async function demoBackend(stack: Pick<Stack, 'backend'>, command: string): Promise<void> {
+  const res = await fetch(`${stack.backend}/_demo/${command}`, { method: 'POST' })
+  if (!res.ok) throw new Error(`POST /_demo/${command}: ${res.status} ${await res.text()}`)
 }
 
 /** Requests through the gateway until stopped: small PUTs and GETs as one app. */

@@ -208,4 +208,23 @@ export class EventsPage {
     await input(this.page, 'events-rule').fill(id)
     await byTest(this.page, 'events-apply').click()
   }
+
+  /** filters by rule and waits for the server's answer (the table shows it on the next render) */
+  async showRule(id: string): Promise<void> {
+    const answered = this.page.waitForResponse((r) => r.url().includes('/api/v1/events') &&
+      new URL(r.url()).searchParams.get('rule_id') === id)
+    await this.filterRule(id)
+    await answered
+  }
+
+  /** the event types of the rows, newest first */
+  async types(): Promise<string[]> {
+    return (await this.rows().locator('[data-test="event-type"]').allTextContents()).map((t) => t.trim())
+  }
+
+  /** how many occurrences the rows stand for (an entry shows ×n when it stands for n > 1) */
+  async occurrences(): Promise<number> {
+    const cells = await this.rows().locator('td', { has: this.page.locator('[data-test="event-type"]') }).allTextContents()
+    return cells.reduce((n, t) => n + Number(t.match(/×(\d+)/)?.[1] ?? 1), 0)
+  }
 }

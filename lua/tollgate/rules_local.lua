@@ -306,18 +306,20 @@ function _M.emitted(r, now)
 end
 local emitted = _M.emitted
 
--- Token bucket local state: {clock reading of the chunk, tokens held, expiry this worker set}.
+-- Token bucket local state: {clock reading of the chunk, tokens held, expiry this worker set,
+-- the entry's value after this worker's last update (false: none)}.
 local function tstate(key)
     local st = L[key]
     if not st then
-        st = new_state(key, { false, 0, 0 })
+        st = new_state(key, { false, 0, 0, false })
     end
     return st
 end
 
 -- Lock-free update (no lock, never yields). The dict holds tat mod M; every change is one
--- `incr`, the creation of an absent (= full) bucket one `add`. A worker reads the state
--- (base), computes its target from it and adds target - value with incr; incr returns the
+-- `incr`, the creation of an absent (= full) bucket one `add`. A worker takes the state
+-- (base: the value it left there itself last time, else a `get`), computes its target from
+-- it and adds target - value with incr; incr returns the
 -- value after the addition, so the worker learns the exact value its addition landed on
 -- (w - what it added). If that is the base it computed from, nothing changed in between and
 -- the read-modify-write was atomic (an incr +x and -x of another worker in between leave the
@@ -354,7 +356,12 @@ function _M.token(dict, key, r, units, now, max_delay)
     local back = st[2]                      -- the unspent rest of an older chunk goes back
     st[1], st[2] = false, 0
     local T = r.tb_t
-    local base = dict:get(key)
+    -- the value this worker left in the entry is the first guess (right whenever no other
+    -- worker changed it since: one incr and no get); a wrong guess is caught like a conflict
+    local base, guess = st[4], true
+    if base == false then
+        base, guess = dict:get(key), false
+    end
     local mine = 0                          -- what this request has added to the entry so far
     for _ = 1, RETRIES do
         local d = 0                         -- tat - N(now), in tokens
@@ -390,12 +397,14 @@ function _M.token(dict, key, r, units, now, max_delay)
             end
         else
             local delta = target - (base + mine)
-            if delta == 0 then
+            if delta == 0 and not guess then
                 done = true                 -- the entry already holds the target
             else
+                -- (an incr of 0 checks a guess that needs no change)
                 local w = dict:incr(key, delta)
+                guess = false
                 if w == nil then
-                    base, mine = nil, 0     -- expired meanwhile: full again, start over
+                    base, mine = nil, 0     -- expired (or never there): full, start over
                 else
                     mine = mine + delta
                     local landed = w - mine
@@ -409,6 +418,7 @@ function _M.token(dict, key, r, units, now, max_delay)
             end
         end
         if done then
+            st[4] = (base or target) + mine
             if not ok then
                 return false, 0, excess * T, 0
             end
@@ -422,6 +432,7 @@ function _M.token(dict, key, r, units, now, max_delay)
     if mine ~= 0 then
         dict:incr(key, -mine)               -- give up: take back what this request added
     end
+    st[4] = false
     return false, 0, T, 0
 end
 

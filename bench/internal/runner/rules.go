@@ -18,7 +18,7 @@ import (
 // RuleCounts are the rule set sizes of the rules section.
 var RuleCounts = []int{0, 10, 100}
 
-// RuleMix describes benchRules' mix for the table.
+// RuleMix describes BenchRules' mix for the table.
 const RuleMix = "per 10: 4 sliding_window, 3 fixed_window, 2 token_bucket (node), " +
 	"1 sliding_window global; scopes global/app/ip/endpoint"
 

@@ -31,9 +31,10 @@ type stack struct {
 }
 
 type stackOptions struct {
-	nodes int               // gateway nodes (default 1)
-	env   map[string]string // TOLLGATE_* settings of every node
-	apps  []store.App       // extra apps in cluster "default"
+	nodes   int               // gateway nodes (default 1)
+	workers int               // nginx workers per node (default 2)
+	env     map[string]string // TOLLGATE_* settings of every node
+	apps    []store.App       // extra apps in cluster "default"
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -63,7 +64,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	for i := 0; i < o.nodes; i++ {
 		s.gws = append(s.gws, harness.StartGateway(t, harness.GatewayOptions{
-			RedisURL: r.URL(), NodeID: "node-" + strconv.Itoa(i+1), Env: o.env,
+			RedisURL: r.URL(), NodeID: "node-" + strconv.Itoa(i+1), Env: o.env, Workers: o.workers,
 		}))
 	}
 	return s

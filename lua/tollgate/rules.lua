@@ -1,8 +1,9 @@
 -- Rules (contract §2): per worker, the rule set of the current config generation compiled
 -- once (checked, sorted by priority then id, indexed by app and method), then checked for
 -- each request after the connection limiter and before the tiers. Without rules a request
--- pays one generation check. The counters live in the tollgate_rules dict (node rules) or in
--- Redis (global rules, rules_global); the hits/actions counters are metrics series, pushed to
+-- pays one comparison (the generation comes from config.on_generation, not from the dict).
+-- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
+-- rules_global); the hits/actions counters are metrics series, pushed to
 -- `ratelimit:rules:stats` by worker 0 about every second.
 local parse = require("tollgate.rules_parse")
 local algo = require("tollgate.rules_local")
@@ -12,6 +13,7 @@ local metrics = require("tollgate.metrics")
 local keys = require("tollgate.keys")
 local scripts = require("tollgate.scripts")
 local events = require("tollgate.events")
+local config = require("tollgate.config")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
@@ -29,6 +31,7 @@ local _M = {}
 
 local S, R, SC
 local gen = false             -- generation of the compiled set
+local current = nil           -- the generation this worker serves (config.on_generation)
 local all = {}                -- every enabled rule, in order
 local memo = {}               -- app id -> method -> candidate rules (lazily)
 local memo_n = 0
@@ -69,6 +72,12 @@ local function compile(g)
     end)
     all, memo, memo_n, gen = list, {}, 0, g
 end
+
+-- A request reaches check() only after config.app/cached saw this worker on the current
+-- generation, which calls this first: the hot path compares two Lua values, no dict read.
+config.on_generation(function(g)
+    current = g
+end)
 
 -- The rules that can match app `id` and `method`, in order.
 local function candidates(id, method)
@@ -229,9 +238,8 @@ end
 -- Returns nil to go on (possibly after a throttle delay) or the rejecting rule, retry_after
 -- (seconds) and remaining.
 function _M.check(a, method, headers, cost)
-    local g = cdict:get("generation")
-    if g ~= gen then
-        compile(g)
+    if current ~= gen then
+        compile(current)
     end
     if #all == 0 then
         return nil
@@ -259,6 +267,8 @@ function _M.check(a, method, headers, cost)
                         global.acquire(r, skey, units, max_delay, t)
                     yielded = global.yielded
                 else
+                    -- node algorithms never yield but for a throttled sliding window, which
+                    -- reports it (slept); the token bucket takes no lock (rules_local.token)
                     ok, delay, retry, remaining, slept =
                         r.fn(rdict, local_key(r, skey), r, units, t, max_delay, sleep, now)
                 end

@@ -30,6 +30,11 @@ local function fake_dict(clock)
         return self:set(k, v, ttl)
     end
     function d.delete(_, k) d.v[k] = nil end
+    function d.expire(_, k, ttl)
+        if live(k) == nil then return nil, "not found" end
+        d.exp[k] = (ttl and ttl > 0) and clock.t + ttl or nil
+        return true
+    end
     function d.incr(self, k, n, init, ttl)
         local v = live(k)
         if v == nil then
@@ -350,6 +355,123 @@ describe("rules_local", function()
         end
         assert.is_true(n <= 50 * 1024 + 1, "admitted " .. n)
         assert.is_true(n >= 50 * 1024 - 3 * 19, "admitted " .. n)
+    end)
+
+    -- One token of 10^9 per 60 s lasts 6e-8 s, less than the spacing of doubles at a Unix
+    -- timestamp (2.4e-7 s): float time-stamps never drain such a bucket.
+    it("token bucket at high rates: the burst is spent at one instant, then refused", function()
+        for _, c in ipairs({ { 1e9, 60, 5 }, { 1e12, 1, 3 }, { 1e12, 86400, 7 },
+                             { 999999999989, 86399, 4 }, { 4200001, 1, 2 } }) do
+            algo.set_state({})
+            local clock = { t = 1767225600.123 }
+            local d = fake_dict(clock)
+            local r = { limit = c[1], window = c[2], burst = c[3] }
+            local n = 0
+            for _ = 1, 20 do
+                if algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)) then n = n + 1 end
+            end
+            assert.are.equal(c[3], n, "limit " .. c[1] .. " per " .. c[2] .. " s")
+            -- the next millisecond refills what it refills, capped at the burst
+            clock.t = clock.t + 0.001
+            local want = math.min(c[3], math.floor(c[1] / c[2] / 1000))
+            n = 0
+            for _ = 1, 20 do
+                if algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)) then n = n + 1 end
+            end
+            assert.is_true(n >= want and n <= c[3], "refill after 1 ms: " .. n)
+        end
+    end)
+
+    it("token bucket: exact at any rate under a saturating load (integer token time)", function()
+        -- after every step the bucket is empty, so the next step admits exactly what the grid
+        -- refilled in between (floor or ceil of ms x rate, by the grid's phase), capped at burst
+        for _, c in ipairs({ { 7, 3, 2 }, { 999983, 7, 1000 }, { 1e12, 60, 1000 }, { 3, 1, 1 },
+                             { 1e9, 60, 40000 }, { 86399, 86400, 5 } }) do
+            algo.set_state({})
+            local r = { limit = c[1], window = c[2], burst = c[3] }
+            local clock = { t = 1767225600.5 }
+            local d = fake_dict(clock)
+            local total, refilled = 0, 0
+            math.randomseed(c[1] % 1000)
+            for step = 1, c[3] > 100 and 300 or 3000 do
+                local dt = step == 1 and 0 or math.random(0, 3)
+                clock.t = math.floor(clock.t * 1000 + dt + 0.5) / 1000
+                local n = 0
+                while algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)) do
+                    n = n + 1
+                end
+                local refill = dt * c[1] / (1000 * c[2])
+                refilled = refilled + refill
+                local lo = step == 1 and c[3] or math.min(c[3], math.floor(refill))
+                local hi = step == 1 and c[3] or math.min(c[3], math.ceil(refill))
+                assert.is_true(n >= lo and n <= hi, ("limit %d/%d s step %d: %d not in [%d, %d]")
+                    :format(c[1], c[2], step, n, lo, hi))
+                total = total + n
+            end
+            if c[3] >= c[1] / c[2] * 0.003 then   -- no step capped: the totals add up
+                assert.is_true(math.abs(total - c[3] - refilled) <= 1, "total " .. total)
+            end
+        end
+        -- a huge burst at a tiny rate: 1e12 tokens at once, then one a day (the grid emits
+        -- it at each multiple of 86400 s since the epoch)
+        algo.set_state({})
+        local r = { limit = 1, window = 86400, burst = 1e12 }
+        local clock = { t = 1767225600 }
+        local d = fake_dict(clock)
+        for _ = 1, 10 do
+            assert.is_true(algo.token(d, "k", r, 1e11, clock.t, 0, sleep_of(clock)))
+        end
+        assert.is_false(algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)))
+        clock.t = clock.t + 86399.999
+        assert.is_false(algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)))
+        clock.t = clock.t + 0.001
+        assert.is_true(algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)))
+        assert.is_false(algo.token(d, "k", r, 1, clock.t, 0, sleep_of(clock)))
+    end)
+
+    it("token bucket: updates interleaved between read and incr stay exact", function()
+        -- another worker's whole check runs between this worker's get and incr (nested, as
+        -- if it had run on another CPU at that moment); the conflict must be noticed and the
+        -- decision recomputed on the value the addition landed on
+        local clock = { t = 1767225600.25 }
+        local d = fake_dict(clock)
+        local as = workers_of(3)
+        local r = { limit = 6000, window = 60, burst = 50 }   -- 1 token / 10 ms, no chunks
+        local incr, depth = d.incr, 0
+        local n, conflicts, refill = 0, 0, 0
+        local function check(w, units)
+            as(w)
+            if algo.token(d, "k", r, units, clock.t, 0, sleep_of(clock)) then n = n + units end
+        end
+        d.incr = function(self, k, v, ...)
+            if depth < 2 and math.random() < 0.6 then
+                depth = depth + 1
+                conflicts = conflicts + 1
+                check(depth % 3 + 1, math.random(1, 3))
+                depth = depth - 1
+            end
+            return incr(self, k, v, ...)
+        end
+        math.randomseed(11)
+        for round = 1, 40 do
+            n = 0
+            for _ = 1, 60 do
+                check(math.random(1, 3), math.random(1, 3))
+            end
+            -- every round starts full (idle for a second) or empty with what 31 ms refilled:
+            -- 3 or 4 tokens (one per multiple of 10 ms since the epoch)
+            if round % 2 == 1 then
+                assert.are.equal(50, n, "full bucket, round " .. round)
+                local x0 = math.floor(clock.t * 1000 + 0.5)
+                clock.t = clock.t + 0.031
+                refill = math.floor((x0 + 31) / 10) - math.floor(x0 / 10)
+            else
+                assert.is_true(n >= refill - 2 and n <= refill,
+                    refill .. " tokens refilled, round " .. round .. ": " .. n)
+                clock.t = clock.t + 1
+            end
+        end
+        assert.is_true(conflicts > 100)
     end)
 
     it("fixed window throttle takes from the next window", function()

@@ -5,7 +5,10 @@
 // `make bench`; after a warm-up (so that LuaJIT has compiled its traces) the counters are reset,
 // N keep-alive requests are sent with curl, and the counters are dumped.
 //
-//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000]
+//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000] [-rules 0,10,100 [-rule-alg A]]
+//
+// -rules adds variants of (b) with that many active rules (the bench's mix, runner.BenchRules;
+// -rule-alg makes them all node rules of one algorithm, e.g. token_bucket).
 //
 // Needs valgrind (callgrind, callgrind_control, callgrind_annotate), curl, nginx and
 // redis-server. Timers of the gateway fire per second, not per request, so under valgrind's
@@ -15,6 +18,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,10 +33,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"tollgate/bench/internal/nginxenv"
 	"tollgate/bench/internal/proc"
 	"tollgate/bench/internal/redisenv"
 	"tollgate/bench/internal/runner"
+	"tollgate/internal/keys"
 )
 
 func main() {
@@ -48,6 +55,8 @@ type config struct {
 	repo     string
 	requests int
 	warmup   int
+	rules    string
+	ruleAlg  string
 }
 
 // row is one variant's instructions per request: in total and inside the phases that
@@ -72,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.repo, "repo", repo, "checkout whose nginx/ and lua/ the gateway runs")
 	fs.IntVar(&cfg.requests, "n", 4000, "measured requests per variant")
 	fs.IntVar(&cfg.warmup, "warmup", 3000, "requests before the counters are reset")
+	fs.StringVar(&cfg.rules, "rules", "", "comma-separated rule counts: extra (b) variants with active rules")
+	fs.StringVar(&cfg.ruleAlg, "rule-alg", "", "with -rules: every rule a node rule of this algorithm")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,11 +120,34 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var rows []row
-	for _, v := range []nginxenv.Variant{
-		{Key: "a", Name: "plain", Kind: nginxenv.Plain},
-		{Key: "e", Name: "empty-lua-phases", Kind: nginxenv.EmptyLua},
-		{Key: "b", Name: "tollgate", Kind: nginxenv.Lease},
-	} {
+	type variant struct {
+		v     nginxenv.Variant
+		rules int
+	}
+	vs := []variant{
+		{nginxenv.Variant{Key: "a", Name: "plain", Kind: nginxenv.Plain}, 0},
+		{nginxenv.Variant{Key: "e", Name: "empty-lua-phases", Kind: nginxenv.EmptyLua}, 0},
+		{nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease}, 0},
+	}
+	if cfg.rules != "" {
+		for _, f := range strings.Split(cfg.rules, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				return fmt.Errorf("-rules: bad count %q", f)
+			}
+			name := fmt.Sprintf("tollgate-%d-rules", n)
+			if cfg.ruleAlg != "" {
+				name = fmt.Sprintf("tollgate-%d-%s", n, cfg.ruleAlg)
+			}
+			vs = append(vs, variant{nginxenv.Variant{Key: "r" + strconv.Itoa(n), Name: name,
+				Kind: nginxenv.Lease}, n})
+		}
+	}
+	for _, x := range vs {
+		v := x.v
+		if err := putRules(ctx, r.Client(), x.rules, cfg.ruleAlg); err != nil {
+			return err
+		}
 		fmt.Fprintf(stderr, "[%s] %s: %d warm-up + %d measured requests under callgrind\n",
 			time.Now().Format("15:04:05"), v.Label(), cfg.warmup, cfg.requests)
 		rw, err := measure(ctx, cfg, dir, r.URL(), v)
@@ -131,6 +165,25 @@ func run(args []string, stdout, stderr io.Writer) error {
 			rw.total-rows[0].total, rw.access, rw.log, rw.tmrs)
 	}
 	return nil
+}
+
+// putRules replaces the rule set with n bench rules (alg: all node rules of that algorithm).
+func putRules(ctx context.Context, rdb *redis.Client, n int, alg string) error {
+	pipe := rdb.TxPipeline()
+	pipe.Del(ctx, keys.RulesIndex())
+	for _, r := range runner.BenchRules(n) {
+		if alg != "" {
+			r["algorithm"], r["distribution"] = alg, "node"
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		pipe.HSet(ctx, keys.RulesIndex(), r["id"], string(b))
+	}
+	pipe.Incr(ctx, keys.ConfigVersion())
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.Variant) (row, error) {

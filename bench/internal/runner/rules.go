@@ -18,13 +18,13 @@ import (
 // RuleCounts are the rule set sizes of the rules section.
 var RuleCounts = []int{0, 10, 100}
 
-// RuleMix describes benchRules' mix for the table.
+// RuleMix describes BenchRules' mix for the table.
 const RuleMix = "per 10: 4 sliding_window, 3 fixed_window, 2 token_bucket (node), " +
 	"1 sliding_window global; scopes global/app/ip/endpoint"
 
-// benchRules are n rules that match every benchmark request and never reject (limits far
+// BenchRules are n rules that match every benchmark request and never reject (limits far
 // above what two cores can send), in RuleMix's proportions.
-func benchRules(n int) []map[string]any {
+func BenchRules(n int) []map[string]any {
 	algs := []string{"sliding_window", "sliding_window", "sliding_window", "sliding_window",
 		"fixed_window", "fixed_window", "fixed_window", "token_bucket", "token_bucket",
 		"sliding_window"}
@@ -54,7 +54,7 @@ func (e *env) putRules(ctx context.Context, n int) error {
 	rdb := e.redis.Client()
 	pipe := rdb.TxPipeline()
 	pipe.Del(ctx, keys.RulesIndex())
-	for _, r := range benchRules(n) {
+	for _, r := range BenchRules(n) {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err

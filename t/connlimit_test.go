@@ -826,8 +826,14 @@ func TestConnLimiterWorksWithRedisDown(t *testing.T) {
 	checkRejection(t, h.do("demo-p1", "none"), "app_limit_exceeded", 2, 2)
 	h.unhold("down")
 	h.wg.Wait()
-	if st := connStateOf(g, "demo-p1"); st.Max != 2 || st.AppCurrent != 0 {
-		t.Fatalf("with Redis down: %+v, want limit 2 kept and nothing in flight", st)
+	// the log phases of the released requests may still run after their responses arrived
+	var st connState
+	eventually(t, "nothing in flight with Redis down", func() bool {
+		st = connStateOf(g, "demo-p1")
+		return st.AppCurrent == 0
+	})
+	if st.Max != 2 {
+		t.Fatalf("with Redis down: %+v, want limit 2 kept", st)
 	}
 }
 

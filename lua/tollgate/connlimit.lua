@@ -9,6 +9,7 @@
 -- markers), ra: / rc: rejected, la:<app> force-released, th:<app> above 90 % since the last
 -- threshold_exceeded event; node totals leaked_total and cleanup_last_run (Unix s).
 local keys = require("tollgate.keys")
+local rredis = require("tollgate.redis")
 local config = require("tollgate.config")
 local metrics = require("tollgate.metrics")
 local response = require("tollgate.response")
@@ -219,7 +220,15 @@ local function report()
             red:hset(r[1], "current", r[2], "peak", r[3], "rejected", r[4], "last_seen", t)
             red:expire(r[1], STATS_TTL)
         end
-        return red:commit_pipeline()
+        local res, perr = red:commit_pipeline()
+        if not res then
+            return nil, perr
+        end
+        local cerr = rredis.pipeline_error(res)
+        if cerr then
+            return nil, cerr    -- e.g. READONLY: with() must close this connection
+        end
+        return res
     end)
     if not ok then
         log(WARN, "tollgate: connection stats not reported: ", err)

@@ -8,6 +8,7 @@
 -- f:<type>:<app>:<rule> (occurrences folded since the last entry of that kind).
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
+local rredis = require("tollgate.redis")
 local metrics = require("tollgate.metrics")
 
 local edict = ngx.shared.tollgate_events
@@ -151,6 +152,10 @@ local function send(red, batch)
     local res, err = red:commit_pipeline()
     if not res then
         return nil, err
+    end
+    local perr = rredis.pipeline_error(res)
+    if perr and rredis.is_unavailable(perr) then
+        return nil, perr    -- e.g. READONLY: with() closes the connection, drain() requeues
     end
     local bad = 0
     for i = 1, #res do

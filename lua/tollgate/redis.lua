@@ -251,6 +251,19 @@ function _M.is_unavailable(err)
 end
 local is_unavailable = _M.is_unavailable
 
+--- The first error among a pipeline's replies, or nil. commit_pipeline reports a command's
+-- error (READONLY from a replica, OOM, ...) as a {false, err} entry, not as its own error: a
+-- caller that returns the replies as they are makes with() pool a connection it must close.
+function _M.pipeline_error(res)
+    for i = 1, #res do
+        local r = res[i]
+        if type(r) == "table" and r[1] == false then
+            return r[2]
+        end
+    end
+    return nil
+end
+
 local function report(self, err, unavailable, t0)
     if self.on_result then
         update_time()

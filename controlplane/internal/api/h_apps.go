@@ -155,16 +155,11 @@ func (s *server) answerChange(c *gin.Context, out changes.Outcome, err error, cr
 
 func (s *server) createApp(c *gin.Context) {
 	var in changes.AppFields
-	dry, err := dryRun(c)
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "", &in)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Changes.CreateApp(c.Request.Context(), p.User, in, dry)
+	out, err := s.opts.Changes.CreateApp(c.Request.Context(), w.actor, in, w.dry)
 	s.answerChange(c, out, err, true, func() (any, error) { return s.appResource(c, *in.AppID) })
 }
 
@@ -178,34 +173,19 @@ func (s *server) appResource(c *gin.Context, id string) (any, error) {
 
 func (s *server) updateApp(c *gin.Context) {
 	var in changes.AppFields
-	id, err := pathID(c, "id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "id", &in)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Changes.UpdateApp(c.Request.Context(), p.User, id, in, dry)
-	s.answerChange(c, out, err, false, func() (any, error) { return s.appResource(c, id) })
+	out, err := s.opts.Changes.UpdateApp(c.Request.Context(), w.actor, w.id, in, w.dry)
+	s.answerChange(c, out, err, false, func() (any, error) { return s.appResource(c, w.id) })
 }
 
 func (s *server) deleteApp(c *gin.Context) {
-	id, err := pathID(c, "id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "id", nil)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Changes.DeleteApp(c.Request.Context(), p.User, id, dry)
+	out, err := s.opts.Changes.DeleteApp(c.Request.Context(), w.actor, w.id, w.dry)
 	s.answerChange(c, out, err, false, nil)
 }

@@ -104,18 +104,11 @@ func (s *server) getCluster(c *gin.Context) {
 // needs capacity; its reserved_ratio defaults to 0.1).
 func (s *server) putCluster(c *gin.Context) {
 	var in clusterFields
-	id, err := pathID(c, "id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "id", &in)
+	if !read {
 		return
 	}
+	id, dry := w.id, w.dry
 	ctx := c.Request.Context()
 	cl, err := s.opts.Changes.GetCluster(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -135,35 +128,26 @@ func (s *server) putCluster(c *gin.Context) {
 	if in.ReservedRatio != nil {
 		cl.ReservedRatio = *in.ReservedRatio
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Changes.PutCluster(ctx, p.User, cl, dry)
+	out, err := s.opts.Changes.PutCluster(ctx, w.actor, cl, dry)
 	s.answerChange(c, out, err, false, func() (any, error) { return s.clusterView(c, id) })
 }
 
 func (s *server) putClusterConnections(c *gin.Context) {
 	var in connFields
-	id, err := pathID(c, "id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
+	w, read := s.readWrite(c, "id", &in)
+	if !read {
+		return
 	}
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err == nil && (in.MaxConnections == nil || in.BurstConnections != nil) {
-		err = errBadRequest("invalid_body", "a cluster takes max_connections (required) and reserved_ratio")
-	}
-	if err != nil {
-		s.fail(c, err)
+	if in.MaxConnections == nil || in.BurstConnections != nil {
+		s.fail(c, errBadRequest("invalid_body", "a cluster takes max_connections (required) and reserved_ratio"))
 		return
 	}
 	l := changes.ClusterConnLimits{MaxConnections: *in.MaxConnections, ReservedRatio: DefaultReservedRatio}
 	if in.ReservedRatio != nil {
 		l.ReservedRatio = *in.ReservedRatio
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Changes.PutClusterConnections(c.Request.Context(), p.User, id, l, dry)
-	s.answerChange(c, out, err, false, func() (any, error) { return s.clusterView(c, id) })
+	out, err := s.opts.Changes.PutClusterConnections(c.Request.Context(), w.actor, w.id, l, w.dry)
+	s.answerChange(c, out, err, false, func() (any, error) { return s.clusterView(c, w.id) })
 }
 
 // listConnections: the connection limits of every app and cluster with their usage summed
@@ -208,28 +192,20 @@ func (s *server) getConnections(c *gin.Context) {
 
 func (s *server) putConnections(c *gin.Context) {
 	var in connFields
-	id, err := pathID(c, "app_id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
+	w, read := s.readWrite(c, "app_id", &in)
+	if !read {
+		return
 	}
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err == nil && (in.MaxConnections == nil || in.ReservedRatio != nil) {
-		err = errBadRequest("invalid_body", "an app takes max_connections (required) and burst_connections")
-	}
-	if err != nil {
-		s.fail(c, err)
+	if in.MaxConnections == nil || in.ReservedRatio != nil {
+		s.fail(c, errBadRequest("invalid_body", "an app takes max_connections (required) and burst_connections"))
 		return
 	}
 	l := validate.ConnLimits{MaxConnections: *in.MaxConnections, BurstConnections: *in.MaxConnections}
 	if in.BurstConnections != nil {
 		l.BurstConnections = *in.BurstConnections
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Changes.PutAppConnections(c.Request.Context(), p.User, id, l, dry)
+	out, err := s.opts.Changes.PutAppConnections(c.Request.Context(), w.actor, w.id, l, w.dry)
 	s.answerChange(c, out, err, false, func() (any, error) {
-		return gin.H{"app_id": id, "limits": l}, nil
+		return gin.H{"app_id": w.id, "limits": l}, nil
 	})
 }

@@ -42,16 +42,11 @@ func (s *server) ruleResource(c *gin.Context, id string) func() (any, error) {
 // createRule: POST /rules[?dry_run=true]; 201 when written, 409 rule_exists.
 func (s *server) createRule(c *gin.Context) {
 	var in rules.RuleFields
-	dry, err := dryRun(c)
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "", &in)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Rules.CreateRule(c.Request.Context(), p.User, in, dry)
+	out, err := s.opts.Rules.CreateRule(c.Request.Context(), w.actor, in, w.dry)
 	id := ""
 	if in.ID != nil {
 		id = *in.ID
@@ -62,36 +57,21 @@ func (s *server) createRule(c *gin.Context) {
 // updateRule: PUT /rules/:id[?dry_run=true] replaces the rule.
 func (s *server) updateRule(c *gin.Context) {
 	var in rules.RuleFields
-	id, err := pathID(c, "id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "id", &in)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Rules.UpdateRule(c.Request.Context(), p.User, id, in, dry)
-	s.answerChange(c, out, err, false, s.ruleResource(c, id))
+	out, err := s.opts.Rules.UpdateRule(c.Request.Context(), w.actor, w.id, in, w.dry)
+	s.answerChange(c, out, err, false, s.ruleResource(c, w.id))
 }
 
 // deleteRule: DELETE /rules/:id[?dry_run=true], with the rule's counters.
 func (s *server) deleteRule(c *gin.Context) {
-	id, err := pathID(c, "id")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "id", nil)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Rules.DeleteRule(c.Request.Context(), p.User, id, dry)
+	out, err := s.opts.Rules.DeleteRule(c.Request.Context(), w.actor, w.id, w.dry)
 	s.answerChange(c, out, err, false, nil)
 }
 
@@ -108,37 +88,22 @@ func (s *server) listBreakers(c *gin.Context) {
 // putBreaker: PUT /breakers/:name[?dry_run=true] creates (201) or replaces (200).
 func (s *server) putBreaker(c *gin.Context) {
 	var in rules.BreakerFields
-	name, err := pathID(c, "name")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err == nil {
-		err = s.decodeJSON(c, &in)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "name", &in)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, created, err := s.opts.Rules.PutBreaker(c.Request.Context(), p.User, name, in, dry)
+	out, created, err := s.opts.Rules.PutBreaker(c.Request.Context(), w.actor, w.id, in, w.dry)
 	s.answerChange(c, out, err, created, func() (any, error) {
-		return s.opts.Rules.GetBreaker(c.Request.Context(), name)
+		return s.opts.Rules.GetBreaker(c.Request.Context(), w.id)
 	})
 }
 
 func (s *server) deleteBreaker(c *gin.Context) {
-	name, err := pathID(c, "name")
-	dry := false
-	if err == nil {
-		dry, err = dryRun(c)
-	}
-	if err != nil {
-		s.fail(c, err)
+	w, read := s.readWrite(c, "name", nil)
+	if !read {
 		return
 	}
-	p, _ := principalOf(c)
-	out, err := s.opts.Rules.DeleteBreaker(c.Request.Context(), p.User, name, dry)
+	out, err := s.opts.Rules.DeleteBreaker(c.Request.Context(), w.actor, w.id, w.dry)
 	s.answerChange(c, out, err, false, nil)
 }
 

@@ -40,6 +40,36 @@ func queryBool(c *gin.Context, name string) (*bool, error) {
 }
 
 // dryRun reads ?dry_run=.
+// change is what every change route reads before it acts.
+type change struct {
+	id    string // the path parameter ("" for a route without one)
+	actor string // the signed-in user
+	dry   bool   // ?dry_run=true: validate and diff, write nothing
+}
+
+// readWrite reads the path parameter `param` (none when ""), the dry_run flag and, when body is
+// not nil, the strict JSON body into it. On bad input it answers the error and returns false.
+func (s *server) readWrite(c *gin.Context, param string, body any) (change, bool) {
+	var w change
+	var err error
+	if param != "" {
+		w.id, err = pathID(c, param)
+	}
+	if err == nil {
+		w.dry, err = dryRun(c)
+	}
+	if err == nil && body != nil {
+		err = s.decodeJSON(c, body)
+	}
+	if err != nil {
+		s.fail(c, err)
+		return w, false
+	}
+	p, _ := principalOf(c)
+	w.actor = p.User
+	return w, true
+}
+
 func dryRun(c *gin.Context) (bool, error) {
 	b, err := queryBool(c, "dry_run")
 	if err != nil || b == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -139,17 +138,8 @@ func auditFilter(c *gin.Context) (audit.Filter, error) {
 			return f, errBadRequest("invalid_query", "query values must be at most 300 bytes")
 		}
 	}
-	for _, t := range []struct {
-		name string
-		dst  *int64
-	}{{"since", &f.Since}, {"until", &f.Until}} {
-		if v, present := c.GetQuery(t.name); present {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || n > 1<<50 {
-				return f, errBadRequest("invalid_query", t.name+" must be Unix milliseconds")
-			}
-			*t.dst = n
-		}
+	if f.Since, f.Until, err = queryTimeRange(c); err != nil {
+		return f, err
 	}
 	f.Limit, err = queryInt(c, "limit", audit.DefaultLimit, 1, audit.MaxLimit)
 	return f, err

@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -138,20 +137,8 @@ func eventFilter(c *gin.Context) (rules.EventFilter, error) {
 	if f.RuleID, err = queryID(c, "rule_id"); err != nil {
 		return f, err
 	}
-	for _, t := range []struct {
-		name string
-		dst  *int64
-	}{{"since", &f.Since}, {"until", &f.Until}} {
-		if v, present := c.GetQuery(t.name); present {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || n > 1<<50 {
-				return f, errBadRequest("invalid_query", t.name+" must be Unix milliseconds")
-			}
-			*t.dst = n
-		}
-	}
-	if f.Since > 0 && f.Until > 0 && f.Since > f.Until {
-		return f, errBadRequest("invalid_query", "since must not be after until")
+	if f.Since, f.Until, err = queryTimeRange(c); err != nil {
+		return f, err
 	}
 	if v, present := c.GetQuery("cursor"); present {
 		if len(v) > 64 {

@@ -70,6 +70,27 @@ func (s *server) readWrite(c *gin.Context, param string, body any) (change, bool
 	return w, true
 }
 
+// queryTimeRange reads the optional since/until query parameters (Unix milliseconds, 0 when
+// absent); since must not be after until.
+func queryTimeRange(c *gin.Context) (since, until int64, err error) {
+	for _, t := range []struct {
+		name string
+		dst  *int64
+	}{{"since", &since}, {"until", &until}} {
+		if v, present := c.GetQuery(t.name); present {
+			n, perr := strconv.ParseInt(v, 10, 64)
+			if perr != nil || n < 0 || n > 1<<50 {
+				return 0, 0, errBadRequest("invalid_query", t.name+" must be Unix milliseconds")
+			}
+			*t.dst = n
+		}
+	}
+	if since > 0 && until > 0 && since > until {
+		return 0, 0, errBadRequest("invalid_query", "since must not be after until")
+	}
+	return since, until, nil
+}
+
 func dryRun(c *gin.Context) (bool, error) {
 	b, err := queryBool(c, "dry_run")
 	if err != nil || b == nil {

@@ -167,12 +167,11 @@ local function count_rejection(id, reason)
 end
 
 -- request_blocked event of a rejection (the table is built only when sampling keeps it)
-local function blocked_event(id, reason, rule_type, status, limit, current)
+local function blocked_event(headers, id, reason, rule_type, status, limit, current)
     local sampled = events.take("request_blocked", id, nil)
     if not sampled then
         return
     end
-    local headers = get_headers(100)
     local ua = headers["user-agent"]
     events.push({
         event_type = "request_blocked", severity = "warning", app_id = id,
@@ -214,7 +213,7 @@ function _M.access()
         local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
         ngx.ctx.tg_label = "_unconfigured"
         if not ok then
-            blocked_event(id, "fail_open_exhausted", "tier", 429)
+            blocked_event(headers, id, "fail_open_exhausted", "tier", 429)
             return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
         end
         return
@@ -229,14 +228,14 @@ function _M.access()
     if not bok then
         ctx.tg_label = id
         metrics.blocked(id)
-        blocked_event(id, "circuit_open", "breaker", 503)
+        blocked_event(headers, id, "circuit_open", "breaker", 503)
         return response.unavailable(backend, bretry)
     end
     -- connection limiter: a slot before cost and token bucket; log() gives it back (DESIGN §6)
     local cok, creason, climit, ccurrent = connlimit.acquire(a, ctx)
     if not cok then
         ctx.tg_label = id
-        blocked_event(id, creason, "connection", 429, climit, ccurrent)
+        blocked_event(headers, id, creason, "connection", 429, climit, ccurrent)
         return connlimit.refuse(creason)
     end
 
@@ -259,7 +258,7 @@ function _M.access()
         ctx.tg_label = id
         local info = { reset = em, remaining = 0 }
         count_rejection(id, "emergency_blocked")
-        blocked_event(id, "emergency_blocked", "tier", 429, nil, cost)
+        blocked_event(headers, id, "emergency_blocked", "tier", 429, nil, cost)
         return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
     end
     local covered = 0
@@ -277,7 +276,7 @@ function _M.access()
         end
         local retry = l3.retry_after(y)
         count_rejection(id, x)
-        blocked_event(id, x, "tier", 429, a.guaranteed, charge)
+        blocked_event(headers, id, x, "tier", 429, a.guaranteed, charge)
         return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
     end
     if reserve > 0 and not reservation.open(a, var.uri, reserve) then

@@ -62,6 +62,7 @@ function _M.settings(opts)
         breaker_retry = opts.breaker_retry or num_env("TOLLGATE_BREAKER_RETRY", 0.5),
         degradation_hold = opts.degradation_hold or num_env("TOLLGATE_DEGRADATION_HOLD", 2),
         config_poll = opts.config_poll or num_env("TOLLGATE_CONFIG_POLL", 1.0),
+        report_interval = opts.report_interval or num_env("TOLLGATE_REPORT_INTERVAL", 5),
         pool_size = opts.pool_size or 50,
         costs = opts.costs,
         chunked_estimate = opts.chunked_estimate or num_env("TOLLGATE_CHUNKED_ESTIMATE", 1048576),
@@ -90,6 +91,11 @@ function _M.settings(opts)
     end
     if s.jit_tune ~= "on" and s.jit_tune ~= "off" then
         error("TOLLGATE_JIT_TUNE must be 'on' or 'off', got '" .. s.jit_tune .. "'", 0)
+    end
+    local ri = s.report_interval
+    if type(ri) ~= "number" or ri < 0.1 or ri > 15 then
+        error("TOLLGATE_REPORT_INTERVAL must be a number of seconds in [0.1, 15] (the control "
+            .. "plane calls a node stale after 30 s without a report), got '" .. tostring(ri) .. "'", 0)
     end
     if s.fail_open_rate < 0 then
         error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)

@@ -18,7 +18,6 @@ local now = ngx.now
 local _M = {}
 
 local S, R
-local ANNOUNCE_EVERY = 5
 local last_announce = 0
 
 function _M.init(settings, client)
@@ -49,7 +48,9 @@ local function poll(premature)
             return nil, gerr
         end
         local t = now()
-        if t - last_announce >= ANNOUNCE_EVERY then
+        -- timers fire a little late, never early: a report interval equal to the poll interval
+        -- must not skip every other poll
+        if t - last_announce >= S.report_interval - 0.01 then
             last_announce = t
             metrics.flush()
             local requests, blocked, apps = metrics.node_totals()

@@ -95,7 +95,8 @@ function _M.settings(opts)
     local ri = s.report_interval
     if type(ri) ~= "number" or ri < 0.1 or ri > 15 then
         error("TOLLGATE_REPORT_INTERVAL must be a number of seconds in [0.1, 15] (the control "
-            .. "plane calls a node stale after 30 s without a report), got '" .. tostring(ri) .. "'", 0)
+            .. "plane calls a node stale after 30 s without a report), got '"
+            .. tostring(ri) .. "'", 0)
     end
     if s.fail_open_rate < 0 then
         error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)

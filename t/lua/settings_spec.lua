@@ -10,14 +10,16 @@ describe("settings", function()
     end)
 
     it("takes a report interval from the options", function()
-        assert.equals(0.5, config.settings({ node_id = "n1", report_interval = 0.5 }).report_interval)
+        local s = config.settings({ node_id = "n1", report_interval = 0.5 })
+        assert.equals(0.5, s.report_interval)
     end)
 
     for _, bad in ipairs({ 0, 0.05, 16, -1 }) do
         it("refuses a report interval of " .. bad, function()
             local ok, err = pcall(config.settings, { node_id = "n1", report_interval = bad })
             assert.is_false(ok)
-            assert.matches("TOLLGATE_REPORT_INTERVAL must be a number of seconds in %[0.1, 15%]", err)
+            assert.matches("TOLLGATE_REPORT_INTERVAL must be a number of seconds in %[0.1, 15%]",
+                err)
         end)
     end
 

@@ -670,6 +670,46 @@ func TestProperty18LeakedConnectionsAreForceReleased(t *testing.T) {
 	})
 }
 
+// A request writes its tracking record compact (its creation time, its app and cluster as a
+// tag) and the next heartbeat rewrites it in full. A worker that dies before that heartbeat
+// leaves compact records: the cleanup force-releases those older than the timeout like any
+// other, and the records read back with every field but the client IP, which only the worker
+// held.
+func TestCompactRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
+	s := connStack(t, 2, map[string]string{"TOLLGATE_CONN_TIMEOUT": "100",
+		"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600"})
+	g := s.gw()
+	steps := connOps(g, "compact", "c-compact", []string{"a", "a", "a", "d1:150", "d2:50", "c", "s1", "s2", "s3"})
+	for i, st := range steps[3:5] {
+		if !st.OK {
+			t.Fatalf("step %s: the record of handle %d was no compact record any more", st.Op, i+1)
+		}
+	}
+	clean := steps[5]
+	if clean.Leaked != 1 || clean.State.AppCurrent != 2 || clean.State.ClusterCurrent != 2 ||
+		clean.State.AppLeaked != 1 {
+		t.Fatalf("cleanup released %d, state %+v; want the 150 s old record released, 2 left",
+			clean.Leaked, clean.State)
+	}
+	if rec := steps[6].Record; rec["status"] != "leaked" {
+		t.Fatalf("record of the 150 s old request: %v, want leaked", rec)
+	}
+	now := float64(time.Now().Unix())
+	for _, c := range []struct {
+		step int
+		age  float64
+		ip   string
+	}{{7, 50, "-"}, {8, 0, "127.0.0.1"}} {
+		rec := steps[c.step].Record
+		created, _ := rec["created_at"].(float64)
+		if rec["status"] != "active" || rec["app"] != "compact" || rec["cluster"] != "c-compact" ||
+			rec["client_ip"] != c.ip || math.Abs(now-c.age-created) > 5 {
+			t.Fatalf("step %s: record %v, want an active record of compact/c-compact created %v s ago from %s",
+				steps[c.step].Op, rec, c.age, c.ip)
+		}
+	}
+}
+
 // kill -9 of a worker with requests in flight: its slots come back within the timeout plus one
 // cleanup interval (2 s + 1 s), not before the timeout, while the requests still in flight on
 // the other workers keep theirs past the timeout (their heartbeat refreshes them).

@@ -115,7 +115,12 @@ function _M.acquire(a, ctx)
         dict:incr(e.akey, -1)
         return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
     end
-    local n, rid = track.open(a.id, a.cluster, var.remote_addr)
+    local tag = e.tag
+    if tag == nil then
+        tag = track.tag(a.id, a.cluster) or false
+        e.tag = tag
+    end
+    local n, rid = track.open(a.id, a.cluster, var.remote_addr, tag or nil)
     if not n then
         dict:incr(e.ckey, -1)
         dict:incr(e.akey, -1)

@@ -8,12 +8,19 @@
 --   wl:<g>      liveness of g (value: its pid), refreshed by g's heartbeat, short TTL
 --   wt:<g>      highest slot number g has used (the range the cleanup scans)
 --   t:<g>:<n>   record in slot n: "<id> <last_seen> <created_at> <app> <cluster> <client_ip>",
---               no TTL: it is deleted by its release or by the cleanup, never by expiry
---   x:<id>      status of a record claimed off the fast path: "leaked" (cleanup) or
---               "released" (an owner that had not refreshed it for timeout/2)
--- A record without x:<id> is "active"; a missing record is "released".
+--               no TTL: it is deleted by its release or by the cleanup, never by expiry.
+--               A request writes it compact: the number <created_at> with the shdict flags
+--               naming its (app, cluster) tag; the next heartbeat (within min(5, timeout/4) s)
+--               rewrites it in full. A compact record is complete but for the client IP, which
+--               its worker holds until then (formatting the full record per request cost more
+--               than the rest of the connection limiter).
+--   tk:<app>:<cluster> / tg:<tag>   the tags of compact records (tseq numbers them); kept
+--   x:<t:key>@<created_at>   status of a record claimed off the fast path: "leaked"
+--               (cleanup) or "released" (an owner that had not refreshed it for timeout/2);
+--               both sides name a record by its slot and creation time (ms)
+-- A record without its x: key is "active"; a missing record is "released".
 -- A killed worker never releases its slots and stops refreshing them: after the timeout the
--- next cleanup run claims each record (dict:add of x:<id>, so an owner that resumes late can
+-- next cleanup run claims each record (dict:add of its x: key, so an owner that resumes late can
 -- never release the same slot a second time) and gives the slot back.
 local keys = require("tollgate.keys")
 
@@ -25,6 +32,7 @@ local WARN = ngx.WARN
 local format = string.format
 local match = string.match
 local tonumber = tonumber
+local type = type
 
 local _M = {}
 
@@ -53,8 +61,55 @@ function _M.init(s, leak_fn)
 end
 
 local function record(n, seen)
-    return format("%s %.3f %.3f %s %s %s", l_rid[n], seen, l_created[n], l_app[n],
+    return format("%d.%d %.3f %.3f %s %s %s", G, l_rid[n], seen, l_created[n], l_app[n],
         l_cluster[n], l_ip[n])
+end
+
+-- the claim key of the record in key created at `created` (Unix s, ms resolution)
+local function claim_key(key, created)
+    return format("x:%s@%.3f", key, created)
+end
+
+local tags = {}     -- tag -> { app, cluster }, a tag never changes its meaning
+
+--- The tag of (app, cluster) for compact records, registered on first use; nil when the dict
+-- is full (the caller then writes full records).
+function _M.tag(app, cluster)
+    local k = "tk:" .. app .. ":" .. cluster
+    local t = dict:get(k)
+    if t then
+        return t
+    end
+    local n, err = dict:incr("tseq", 1, 0)
+    if not n or n >= 2 ^ 32 then
+        log(ERR, "tollgate: connlimit: no record tag for ", app, "/", cluster, ": ",
+            err or "tags exhausted")
+        return nil
+    end
+    local ok
+    ok, err = dict:safe_set("tg:" .. n, app .. " " .. cluster)
+    if ok then
+        ok, err = dict:safe_add(k, n)
+        if ok then
+            return n
+        end
+    end
+    if err ~= "exists" then
+        log(ERR, "tollgate: connlimit: no record tag for ", app, "/", cluster, ": ", err)
+    end
+    return dict:get(k)      -- another worker registered it first (or nil: the dict is full)
+end
+
+local function untag(tag)
+    local t = tags[tag]
+    if t then
+        return t[1], t[2]
+    end
+    local app, cluster = match(dict:get("tg:" .. tag) or "", "^(%S+) (%S+)$")
+    if app then
+        tags[tag] = { app, cluster }
+    end
+    return app, cluster
 end
 
 local function parse(rec)
@@ -67,8 +122,9 @@ local function free_slot(n)
     free[nfree] = n
 end
 
---- Track an admitted request: returns its slot and id, or nil, err (dict full).
-function _M.open(app, cluster, ip)
+--- Track an admitted request (tag: its compact-record tag, or nil for a full record): returns
+-- its slot and id (a number, unique in this worker), or nil, err (dict full).
+function _M.open(app, cluster, ip, tag)
     local n
     if nfree > 0 then
         n = free[nfree]
@@ -78,7 +134,7 @@ function _M.open(app, cluster, ip)
         n = top + 1
     end
     seq = seq + 1
-    local rid = G .. "." .. seq
+    local rid = seq
     local t = now()
     l_rid[n], l_app[n], l_cluster[n], l_ip[n] = rid, app, cluster, ip or "-"
     l_created[n], l_seen[n], l_lost[n] = t, t, false
@@ -91,7 +147,12 @@ function _M.open(app, cluster, ip)
         top = n
         dict:set("wt:" .. G, top)
     end
-    local ok, err = dict:safe_set(key, record(n, t))
+    local ok, err
+    if tag then
+        ok, err = dict:safe_set(key, t, 0, tag)
+    else
+        ok, err = dict:safe_set(key, record(n, t))
+    end
     if not ok then
         free_slot(n)
         return nil, err
@@ -109,7 +170,7 @@ function _M.close(n, rid)
     local won = true
     if l_lost[n] or now() - l_seen[n] >= T / 2 then
         -- not refreshed for a while: the cleanup may be claiming it right now
-        local ok, err = dict:add("x:" .. rid, "released", CLAIM_TTL)
+        local ok, err = dict:add(claim_key(l_key[n], l_created[n]), "released", CLAIM_TTL)
         won = ok or err ~= "exists"
     end
     dict:delete(l_key[n])
@@ -136,10 +197,16 @@ function _M.heartbeat()
 end
 
 -- Force-release one stale record (Property 18). Returns 1 if this call released it.
-local function reclaim(key, rec, t)
-    local rid, seen, _, app, cluster, ip = parse(rec)
-    seen = tonumber(seen)
-    if not seen or not keys.valid_id(app) or not keys.valid_id(cluster) then
+local function reclaim(key, rec, t, tag)
+    local rid, seen, created, app, cluster, ip
+    if type(rec) == "number" then     -- compact: never refreshed, seen when created
+        rid, seen, created, ip = key, rec, rec, "-"
+        app, cluster = untag(tag)
+    else
+        rid, seen, created, app, cluster, ip = parse(rec)
+        seen, created = tonumber(seen), tonumber(created)
+    end
+    if not seen or not created or not keys.valid_id(app) or not keys.valid_id(cluster) then
         log(ERR, "tollgate: connlimit: dropping malformed record ", key)
         dict:delete(key)
         return 0
@@ -147,7 +214,7 @@ local function reclaim(key, rec, t)
     if t - seen <= T then
         return 0
     end
-    local ok = dict:add("x:" .. rid, "leaked", CLAIM_TTL)
+    local ok = dict:add(claim_key(key, created), "leaked", CLAIM_TTL)
     if not ok then
         return 0            -- its owner is releasing it (and deletes the record)
     end
@@ -179,10 +246,10 @@ function _M.cleanup(budget)
         if top_g and cur_n < top_g then
             cur_n = cur_n + 1
             local key = "t:" .. cur_g .. ":" .. cur_n
-            local rec = dict:get(key)
+            local rec, tag = dict:get(key)
             if rec then
                 cur_found = cur_found + 1
-                leaked = leaked + reclaim(key, rec, t)
+                leaked = leaked + reclaim(key, rec, t, tag)
             end
         else
             if top_g and cur_found == 0 and not dict:get("wl:" .. cur_g) then
@@ -196,39 +263,83 @@ end
 
 --- Test hook: set the last_seen of the request in slot n `age` seconds back, as if this worker
 -- had been stalled that long (stalled), or had lost the request's log phase (the slot is then
--- neither released nor refreshed nor reused by this worker any more).
+-- neither released nor refreshed nor reused by this worker any more). Returns true and the
+-- record's claim key (it moves when the creation time is backdated), or false.
 function _M.abandon(n, rid, age, stalled)
     if not n or l_rid[n] ~= rid then
         return false
     end
     local seen = now() - age
-    if l_created[n] > seen then
-        l_created[n] = seen
+    local created = l_created[n]
+    if created > seen then
+        l_created[n] = seen     -- backdated with its record: the claim key moves with both
     end
     if not dict:replace(l_key[n], record(n, seen)) then
+        l_created[n] = created  -- the record the cleanup claimed keeps the key it was claimed by
         l_lost[n] = true        -- the cleanup already took it: as the heartbeat would find
         return false
     end
+    local claim = claim_key(l_key[n], l_created[n])
     l_seen[n] = seen
     if not stalled then
         l_rid[n] = nil
     end
-    return true
+    return true, claim
 end
 
---- The tracking record of request rid (slot n of this worker) as a table, with its status.
-function _M.inspect(n, rid)
+--- Test hook: as if this worker had died `age` seconds ago, right after opening the request in
+-- slot n, before a heartbeat rewrote its compact record: the record stays compact, created
+-- `age` seconds back, and this worker forgets the request. Returns true and its claim key, or
+-- false when the slot does not hold rid or its record is not compact any more.
+function _M.orphan(n, rid, age)
+    if not n or l_rid[n] ~= rid then
+        return false
+    end
+    local rec, tag = dict:get(l_key[n])
+    if type(rec) ~= "number" then
+        return false
+    end
+    local created = rec - age
+    if not dict:replace(l_key[n], created, 0, tag) then
+        return false
+    end
+    l_rid[n], l_created[n] = nil, created
+    return true, claim_key(l_key[n], created)
+end
+
+--- Test hook: the claim key of the request now in slot n (pass it to inspect later).
+function _M.claim_of(n)
+    return l_rid[n] and claim_key(l_key[n], l_created[n])
+end
+
+--- The tracking record of request rid (slot n of this worker; claim: its claim_of) as a
+-- table, with its status.
+function _M.inspect(n, rid, claim)
     local key = l_key[n] or (prefix .. n)
-    local rec = dict:get(key)
-    local id, seen, created, app, cluster, ip
-    if rec then
-        id, seen, created, app, cluster, ip = parse(rec)
+    local rec, tag = dict:get(key)
+    local full_id = G .. "." .. rid
+    local r
+    if type(rec) == "number" then
+        -- the slot's request, or the last one of a slot this worker gave up (abandon, orphan)
+        local mine = l_rid[n] == rid
+        if (mine or l_rid[n] == nil) and rec == l_created[n] then
+            local app, cluster = untag(tag)
+            r = { id = full_id, app = app, cluster = cluster, client_ip = mine and l_ip[n] or "-",
+                  created_at = rec, last_seen = rec }
+        end
+    elseif rec then
+        local id, seen, created, app, cluster, ip = parse(rec)
+        if id == full_id then
+            r = { id = id, app = app, cluster = cluster, client_ip = ip,
+                  created_at = tonumber(created), last_seen = tonumber(seen) }
+        end
     end
-    if id ~= rid then
-        return { id = rid, status = dict:get("x:" .. rid) or "released" }
+    local status = claim and dict:get(claim)
+    if not r then
+        return { id = full_id, status = status or "released" }
     end
-    return { id = id, app = app, cluster = cluster, client_ip = ip, created_at = tonumber(created),
-             last_seen = tonumber(seen), status = dict:get("x:" .. rid) or "active" }
+    r.status = status or "active"
+    return r
 end
 
 --- Generations known to the dict: pid, liveness, slot range and records held.

@@ -128,7 +128,8 @@ end
 -- Run a script of operations in this worker, e.g. ops=a,a,r1,r1,l2:400,c,s2 :
 -- a acquire (handle = its position among the a's), rK release handle K, lK:S lose handle K's
 -- log phase with its last_seen S seconds back, hK:S stall handle K's worker for S seconds (it
--- releases the handle later), c one cleanup run, sK the tracking record of handle K.
+-- releases the handle later), dK:S handle K's worker died S seconds ago before any heartbeat
+-- (its record still compact), c one cleanup run, sK the tracking record of handle K.
 -- Every step answers its result and the counters after it.
 function actions.conn_ops()
     local id, cluster = conn_target()
@@ -144,17 +145,28 @@ function actions.conn_ops()
             r.ok, r.reason = connlimit.acquire(a, ctx)
             r.handle = #ctxs
             ctx.t_slot = ctx.tg_conn
+            ctx.t_claim = ctx.tg_conn and conntrack.claim_of(ctx.tg_conn)
         elseif kind == "r" then
             r.released = connlimit.release(ctx)
         elseif kind == "l" then
-            r.ok = conntrack.abandon(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age))
+            local claim
+            r.ok, claim = conntrack.abandon(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age))
+            ctx.t_claim = claim or ctx.t_claim
             ctx.tg_conn = nil      -- its request is gone: no log phase will release it
         elseif kind == "h" then
-            r.ok = conntrack.abandon(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age), true)
+            local claim
+            r.ok, claim = conntrack.abandon(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age), true)
+            ctx.t_claim = claim or ctx.t_claim
+        elseif kind == "d" then
+            local claim
+            r.ok, claim = conntrack.orphan(ctx.tg_conn, ctx.tg_conn_rid, tonumber(age))
+            ctx.t_claim = claim or ctx.t_claim
+            ctx.tg_conn = nil      -- its worker "died": no log phase will release it
         elseif kind == "c" then
             r.leaked = connlimit.cleanup()
         elseif kind == "s" then
-            r.record = ctx.t_slot and conntrack.inspect(ctx.t_slot, ctx.tg_conn_rid)
+            r.record = ctx.t_slot and conntrack.inspect(ctx.t_slot, ctx.tg_conn_rid,
+                ctx.t_claim)
         else
             ngx.status = 400
             return reply({ error = "bad op " .. op })

@@ -5,7 +5,7 @@
 // `make bench`; after a warm-up (so that LuaJIT has compiled its traces) the counters are reset,
 // N keep-alive requests are sent with curl, and the counters are dumped.
 //
-//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000] [-rules 0,10,100 [-rule-alg A]]
+//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000] [-rules 0,10,100 [-rule-alg A]] [-keep DIR]
 //
 // -rules adds variants of (b) with that many active rules (the bench's mix, runner.BenchRules;
 // -rule-alg makes them all node rules of one algorithm, e.g. token_bucket).
@@ -57,6 +57,7 @@ type config struct {
 	warmup   int
 	rules    string
 	ruleAlg  string
+	keep     string
 }
 
 // row is one variant's instructions per request: in total and inside the phases that
@@ -83,6 +84,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.warmup, "warmup", 3000, "requests before the counters are reset")
 	fs.StringVar(&cfg.rules, "rules", "", "comma-separated rule counts: extra (b) variants with active rules")
 	fs.StringVar(&cfg.ruleAlg, "rule-alg", "", "with -rules: every rule a node rule of this algorithm")
+	fs.StringVar(&cfg.keep, "keep", "", "copy each variant's dump to DIR/<variant>.callgrind (for callgrind_annotate)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -255,7 +257,24 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 	if err != nil {
 		return row{}, err
 	}
+	if cfg.keep != "" {
+		if err := keepDump(dump, cfg.keep, v.Name); err != nil {
+			return row{}, err
+		}
+	}
 	return annotate(v.Label(), dump, float64(cfg.requests))
+}
+
+// keepDump copies a dump to dir/name.callgrind.
+func keepDump(dump, dir, name string) error {
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-keep: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, name+".callgrind"), b, 0o644)
 }
 
 // curl sends n keep-alive requests over one connection (curl -K with n URLs).

@@ -25,6 +25,7 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local format = string.format
 local floor = math.floor
+local numstr = response.numstr
 
 local _M = {
     configure = limits.configure,
@@ -56,9 +57,9 @@ end
 -- X-Connection-* headers: nginx variables that the location snippet's add_header lines emit
 -- (setting a variable costs a fraction of creating a response header from Lua)
 local function set_headers(limit, current)
-    var.tg_conn_limit = limit
-    var.tg_conn_current = current
-    var.tg_conn_remaining = current < limit and limit - current or 0
+    var.tg_conn_limit = numstr(limit)
+    var.tg_conn_current = numstr(current)
+    var.tg_conn_remaining = numstr(current < limit and limit - current or 0)
 end
 
 -- current: the count this request saw without itself, capped at what can really be in flight

@@ -12,6 +12,7 @@ local scripts = require("tollgate.scripts")
 local rredis = require("tollgate.redis")
 local metrics = require("tollgate.metrics")
 local response = require("tollgate.response")
+local numstr = response.numstr
 local shm = require("tollgate.shm")
 local l3 = require("tollgate.l3_bucket")
 local sync = require("tollgate.sync")
@@ -293,8 +294,8 @@ function _M.access()
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
     -- emitted by the add_header lines of nginx/tollgate_location.conf
-    var.tg_cost = cost
-    var.tg_remaining = x
+    var.tg_cost = numstr(cost)
+    var.tg_remaining = numstr(x)
 end
 
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)

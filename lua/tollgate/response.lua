@@ -9,6 +9,24 @@ local now = ngx.now
 
 local _M = {}
 
+-- Strings of the small non-negative integers the response-header variables carry most (costs,
+-- connection counts): setting an nginx variable to a number makes a new Lua string per call.
+local NUMSTR = {}
+local NUMSTR_MAX = 65535
+
+--- v as the string an nginx variable takes (integers up to NUMSTR_MAX from a cache).
+function _M.numstr(v)
+    local s = NUMSTR[v]
+    if s then
+        return s
+    end
+    s = tostring(v)
+    if v >= 0 and v <= NUMSTR_MAX and v % 1 == 0 then
+        NUMSTR[v] = s
+    end
+    return s
+end
+
 local function send(status, body)
     ngx.status = status
     header["Content-Type"] = "application/json"

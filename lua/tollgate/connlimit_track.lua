@@ -9,15 +9,15 @@
 --   wt:<g>      highest slot number g has used (the range the cleanup scans)
 --   t:<g>:<n>   record in slot n: "<id> <last_seen> <created_at> <app> <cluster> <client_ip>",
 --               no TTL: it is deleted by its release or by the cleanup, never by expiry.
---               A request writes it compact: the number <created_at> with the shdict flags
---               naming its (app, cluster) tag; the next heartbeat (within min(5, timeout/4) s)
+--               A request writes it compact: the number stamp(created_at, id) with the shdict
+--               flags naming its (app, cluster) tag; the next heartbeat (in min(5, timeout/4) s)
 --               rewrites it in full. A compact record is complete but for the client IP, which
 --               its worker holds until then (formatting the full record per request cost more
 --               than the rest of the connection limiter).
 --   tk:<app>:<cluster> / tg:<tag>   the tags of compact records (tseq numbers them); kept
---   x:<t:key>@<created_at>   status of a record claimed off the fast path: "leaked"
---               (cleanup) or "released" (an owner that had not refreshed it for timeout/2);
---               both sides name a record by its slot and creation time (ms)
+--   x:<t:key>@<stamp>   status of a record claimed off the fast path: "leaked" (cleanup) or
+--               "released" (an owner that had not refreshed it for timeout/2); both sides name
+--               a request by its slot and stamp (creation ms and low bits of its id)
 -- A record without its x: key is "active"; a missing record is "released".
 -- A killed worker never releases its slots and stops refreshing them: after the timeout the
 -- next cleanup run claims each record (dict:add of its x: key, so an owner that resumes late can
@@ -33,6 +33,7 @@ local format = string.format
 local match = string.match
 local tonumber = tonumber
 local type = type
+local floor = math.floor
 
 local _M = {}
 
@@ -65,9 +66,21 @@ local function record(n, seen)
         l_cluster[n], l_ip[n])
 end
 
--- the claim key of the record in key created at `created` (Unix s, ms resolution)
-local function claim_key(key, created)
-    return format("x:%s@%.3f", key, created)
+-- A request's stamp: its creation time in ms and the low 11 bits of its id, in one integer
+-- below 2^53 (until 2109). It is the value of a compact record and names the request in its
+-- claim key: two requests of one slot created in the same ms still differ.
+local STAMP_IDS = 2048
+local function stamp(created, id)
+    return floor(created * 1000 + 0.5) * STAMP_IDS + id % STAMP_IDS
+end
+
+local function stamp_time(st)
+    return floor(st / STAMP_IDS) / 1000
+end
+
+-- the claim key of the request with stamp st in slot key
+local function claim_key(key, st)
+    return format("x:%s@%.0f", key, st)
 end
 
 local tags = {}     -- tag -> { app, cluster }, a tag never changes its meaning
@@ -149,7 +162,7 @@ function _M.open(app, cluster, ip, tag)
     end
     local ok, err
     if tag then
-        ok, err = dict:safe_set(key, t, 0, tag)
+        ok, err = dict:safe_set(key, stamp(t, rid), 0, tag)
     else
         ok, err = dict:safe_set(key, record(n, t))
     end
@@ -170,7 +183,8 @@ function _M.close(n, rid)
     local won = true
     if l_lost[n] or now() - l_seen[n] >= T / 2 then
         -- not refreshed for a while: the cleanup may be claiming it right now
-        local ok, err = dict:add(claim_key(l_key[n], l_created[n]), "released", CLAIM_TTL)
+        local ok, err = dict:add(claim_key(l_key[n], stamp(l_created[n], rid)), "released",
+            CLAIM_TTL)
         won = ok or err ~= "exists"
     end
     dict:delete(l_key[n])
@@ -198,15 +212,19 @@ end
 
 -- Force-release one stale record (Property 18). Returns 1 if this call released it.
 local function reclaim(key, rec, t, tag)
-    local rid, seen, created, app, cluster, ip
+    local rid, seen, created, app, cluster, ip, st
     if type(rec) == "number" then     -- compact: never refreshed, seen when created
-        rid, seen, created, ip = key, rec, rec, "-"
+        st, ip = rec, "-"
+        seen = stamp_time(rec)
+        rid = format("%s@%.0f", key, rec)
         app, cluster = untag(tag)
     else
         rid, seen, created, app, cluster, ip = parse(rec)
         seen, created = tonumber(seen), tonumber(created)
+        local id = tonumber(match(rid or "", "^%d+%.(%d+)$"))
+        st = created and id and stamp(created, id)
     end
-    if not seen or not created or not keys.valid_id(app) or not keys.valid_id(cluster) then
+    if not seen or not st or not keys.valid_id(app) or not keys.valid_id(cluster) then
         log(ERR, "tollgate: connlimit: dropping malformed record ", key)
         dict:delete(key)
         return 0
@@ -214,7 +232,7 @@ local function reclaim(key, rec, t, tag)
     if t - seen <= T then
         return 0
     end
-    local ok = dict:add(claim_key(key, created), "leaked", CLAIM_TTL)
+    local ok = dict:add(claim_key(key, st), "leaked", CLAIM_TTL)
     if not ok then
         return 0            -- its owner is releasing it (and deletes the record)
     end
@@ -264,22 +282,19 @@ end
 --- Test hook: set the last_seen of the request in slot n `age` seconds back, as if this worker
 -- had been stalled that long (stalled), or had lost the request's log phase (the slot is then
 -- neither released nor refreshed nor reused by this worker any more). Returns true and the
--- record's claim key (it moves when the creation time is backdated), or false.
+-- record's claim key, or false.
 function _M.abandon(n, rid, age, stalled)
     if not n or l_rid[n] ~= rid then
         return false
     end
+    -- created_at stays: with last_seen, the record's claim key (slot and creation time) would
+    -- move, and two requests backdated alike in one slot would share it
     local seen = now() - age
-    local created = l_created[n]
-    if created > seen then
-        l_created[n] = seen     -- backdated with its record: the claim key moves with both
-    end
     if not dict:replace(l_key[n], record(n, seen)) then
-        l_created[n] = created  -- the record the cleanup claimed keeps the key it was claimed by
         l_lost[n] = true        -- the cleanup already took it: as the heartbeat would find
         return false
     end
-    local claim = claim_key(l_key[n], l_created[n])
+    local claim = claim_key(l_key[n], stamp(l_created[n], rid))
     l_seen[n] = seen
     if not stalled then
         l_rid[n] = nil
@@ -299,17 +314,17 @@ function _M.orphan(n, rid, age)
     if type(rec) ~= "number" then
         return false
     end
-    local created = rec - age
-    if not dict:replace(l_key[n], created, 0, tag) then
+    local st = rec - floor(age * 1000 + 0.5) * STAMP_IDS
+    if not dict:replace(l_key[n], st, 0, tag) then
         return false
     end
-    l_rid[n], l_created[n] = nil, created
-    return true, claim_key(l_key[n], created)
+    l_rid[n], l_created[n] = nil, stamp_time(st)
+    return true, claim_key(l_key[n], st)
 end
 
 --- Test hook: the claim key of the request now in slot n (pass it to inspect later).
 function _M.claim_of(n)
-    return l_rid[n] and claim_key(l_key[n], l_created[n])
+    return l_rid[n] and claim_key(l_key[n], stamp(l_created[n], l_rid[n]))
 end
 
 --- The tracking record of request rid (slot n of this worker; claim: its claim_of) as a
@@ -322,10 +337,11 @@ function _M.inspect(n, rid, claim)
     if type(rec) == "number" then
         -- the slot's request, or the last one of a slot this worker gave up (abandon, orphan)
         local mine = l_rid[n] == rid
-        if (mine or l_rid[n] == nil) and rec == l_created[n] then
+        if (mine or l_rid[n] == nil) and l_created[n] and rec == stamp(l_created[n], rid) then
             local app, cluster = untag(tag)
+            local created = stamp_time(rec)
             r = { id = full_id, app = app, cluster = cluster, client_ip = mine and l_ip[n] or "-",
-                  created_at = rec, last_seen = rec }
+                  created_at = created, last_seen = created }
         end
     elseif rec then
         local id, seen, created, app, cluster, ip = parse(rec)

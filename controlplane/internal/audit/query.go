@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
+	"tollgate/controlplane/internal/streampage"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
 )
@@ -21,25 +21,7 @@ const (
 )
 
 // ErrBadCursor: the cursor is not a stream id.
-var ErrBadCursor = errors.New("cursor must be a stream id like 1700000000000-0")
-
-// streamID reports whether s is a stream id: <1-20 digits>-<1-20 digits>.
-func streamID(s string) bool {
-	ms, seq, ok := strings.Cut(s, "-")
-	return ok && digits(ms) && digits(seq)
-}
-
-func digits(s string) bool {
-	if len(s) == 0 || len(s) > 20 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+var ErrBadCursor = streampage.ErrBadCursor
 
 // Filter selects entries; zero fields match everything. Action "app.*" matches by prefix.
 type Filter struct {
@@ -72,46 +54,27 @@ func (f Filter) match(e Entry) bool {
 
 // Query reads entries newest first with XREVRANGE, filtering as it goes.
 func (l *Log) Query(ctx context.Context, f Filter) (Page, error) {
-	if f.Cursor != "" && !streamID(f.Cursor) {
-		return Page{}, ErrBadCursor
-	}
 	if f.Limit <= 0 {
 		f.Limit = DefaultLimit
 	}
-	f.Limit = min(f.Limit, MaxLimit)
-	end, start := "+", "-"
-	if f.Until > 0 {
-		end = strconv.FormatInt(f.Until, 10) + "-18446744073709551615"
-	}
-	if f.Cursor != "" {
-		end = "(" + f.Cursor
-	}
-	if f.Since > 0 {
-		start = strconv.FormatInt(f.Since, 10) + "-0"
-	}
 	page := Page{Entries: []Entry{}}
-	for scanned := 0; scanned < maxScanned; {
-		msgs, err := l.rdb.XRevRangeN(ctx, keys.AdminAudit(), end, start, scanBatch).Result()
-		if err != nil {
-			return Page{}, fmt.Errorf("audit: query: %w", err)
-		}
-		for _, m := range msgs {
-			scanned++
-			end = "(" + m.ID
-			e, ok := decode(m.ID, m.Values)
+	q := streampage.Query{Since: f.Since, Until: f.Until, Cursor: f.Cursor, Limit: min(f.Limit, MaxLimit)}
+	next, err := streampage.Scan(ctx, l.rdb, keys.AdminAudit(), q, streampage.Limits{Batch: scanBatch, MaxScanned: maxScanned},
+		func(id string, v map[string]any) bool {
+			e, ok := decode(id, v)
 			if ok && f.match(e) {
 				page.Entries = append(page.Entries, e)
-				if len(page.Entries) == f.Limit {
-					page.NextCursor = m.ID
-					return page, nil
-				}
+				return true
 			}
-		}
-		if len(msgs) < scanBatch {
-			return page, nil
-		}
+			return false
+		})
+	if errors.Is(err, streampage.ErrBadCursor) {
+		return Page{}, err
 	}
-	page.NextCursor = strings.TrimPrefix(end, "(")
+	if err != nil {
+		return Page{}, fmt.Errorf("audit: query: %w", err)
+	}
+	page.NextCursor = next
 	return page, nil
 }
 

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
+	"tollgate/controlplane/internal/streampage"
 	"tollgate/internal/keys"
 )
 
@@ -22,7 +22,7 @@ const (
 var EventTypes = []string{"request_blocked", "rule_triggered", "threshold_exceeded", "circuit_opened", "circuit_closed"}
 
 // ErrBadCursor: the cursor is not a stream id.
-var ErrBadCursor = errors.New("cursor must be a stream id like 1700000000000-0")
+var ErrBadCursor = streampage.ErrBadCursor
 
 // EventFilter selects events; zero fields match everything.
 type EventFilter struct {
@@ -55,46 +55,27 @@ var eventNumbers = []string{"limit_value", "current_usage", "response_code", "re
 
 // Events reads the events stream newest first with XREVRANGE, filtering as it goes.
 func (s *Service) Events(ctx context.Context, f EventFilter) (EventPage, error) {
-	if f.Cursor != "" && !streamID(f.Cursor) {
-		return EventPage{}, ErrBadCursor
-	}
 	if f.Limit <= 0 {
 		f.Limit = DefaultEventLimit
 	}
-	f.Limit = min(f.Limit, MaxEventLimit)
-	end, start := "+", "-"
-	if f.Until > 0 {
-		end = strconv.FormatInt(f.Until, 10) + "-18446744073709551615"
-	}
-	if f.Cursor != "" {
-		end = "(" + f.Cursor
-	}
-	if f.Since > 0 {
-		start = strconv.FormatInt(f.Since, 10) + "-0"
-	}
 	page := EventPage{Events: []Event{}}
-	for scanned := 0; scanned < maxEventsScanned; {
-		msgs, err := s.o.Redis.XRevRangeN(ctx, keys.EventsStream(), end, start, eventScanBatch).Result()
-		if err != nil {
-			return EventPage{}, fmt.Errorf("rules: events: %w", err)
-		}
-		for _, m := range msgs {
-			scanned++
-			end = "(" + m.ID
-			if !f.match(m.Values) {
-				continue
+	q := streampage.Query{Since: f.Since, Until: f.Until, Cursor: f.Cursor, Limit: min(f.Limit, MaxEventLimit)}
+	next, err := streampage.Scan(ctx, s.o.Redis, keys.EventsStream(), q,
+		streampage.Limits{Batch: eventScanBatch, MaxScanned: maxEventsScanned},
+		func(id string, v map[string]any) bool {
+			if !f.match(v) {
+				return false
 			}
-			page.Events = append(page.Events, eventOf(m.ID, m.Values))
-			if len(page.Events) == f.Limit {
-				page.NextCursor = m.ID
-				return page, nil
-			}
-		}
-		if len(msgs) < eventScanBatch {
-			return page, nil
-		}
+			page.Events = append(page.Events, eventOf(id, v))
+			return true
+		})
+	if errors.Is(err, streampage.ErrBadCursor) {
+		return EventPage{}, err
 	}
-	page.NextCursor = strings.TrimPrefix(end, "(")
+	if err != nil {
+		return EventPage{}, fmt.Errorf("rules: events: %w", err)
+	}
+	page.NextCursor = next
 	return page, nil
 }
 
@@ -121,18 +102,4 @@ func eventOf(id string, v map[string]any) Event {
 		}
 	}
 	return e
-}
-
-// streamID reports whether s is a stream id Redis accepts: <uint64>-<uint64>, digits only.
-func streamID(s string) bool {
-	ms, seq, ok := strings.Cut(s, "-")
-	return ok && digits(ms) && digits(seq)
-}
-
-func digits(s string) bool {
-	if len(s) == 0 || len(s) > 20 || strings.TrimLeft(s, "0123456789") != "" {
-		return false
-	}
-	_, err := strconv.ParseUint(s, 10, 64)
-	return err == nil
 }

@@ -4,6 +4,7 @@
 -- compiled by each worker once per config generation (tollgate.breaker).
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
+local hashload = require("tollgate.hashload")
 
 local type = type
 local floor = math.floor
@@ -79,35 +80,28 @@ end
 function _M.reload(red, cdict)
     local last = cjson.decode(cdict:get(CDICT_KEY) or "{}") or {}
     local fresh, bad = {}, 0
-    local cursor = "0"
-    repeat
-        local res, err = red:hscan(keys.breakers_index(), cursor, "COUNT", 500)
-        if not res then
-            return nil, err
+    local ok, err = hashload.each(red, keys.breakers_index(), function(name, json)
+        local c, perr
+        if keys.valid_id(name) then
+            c, perr = _M.parse(name, cjson.decode(json))
+        else
+            perr = "invalid name"
         end
-        cursor = res[1]
-        local kv = res[2]
-        for i = 1, #kv, 2 do
-            local name, json = kv[i], kv[i + 1]
-            local c, perr
-            if keys.valid_id(name) then
-                c, perr = _M.parse(name, cjson.decode(json))
-            else
-                perr = "invalid name"
-            end
-            if c then
-                fresh[name] = c
-            else
-                bad = bad + 1
-                ngx.log(ngx.ERR, "tollgate: bad config of breaker ", name, " (", perr,
-                    "), keeping the last good one")
-                if keys.valid_id(name) and last[name] then
-                    fresh[name] = last[name]
-                end
-            end
+        if c then
+            fresh[name] = c
+            return
         end
-    until cursor == "0"
-    local ok, err = cdict:safe_set(CDICT_KEY, cjson.encode(fresh))
+        bad = bad + 1
+        ngx.log(ngx.ERR, "tollgate: bad config of breaker ", name, " (", perr,
+            "), keeping the last good one")
+        if keys.valid_id(name) and last[name] then
+            fresh[name] = last[name]
+        end
+    end)
+    if not ok then
+        return nil, err
+    end
+    ok, err = cdict:safe_set(CDICT_KEY, cjson.encode(fresh))
     if not ok then
         return nil, "config_dict: " .. tostring(err)
     end

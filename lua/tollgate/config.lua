@@ -6,6 +6,7 @@ local keys = require("tollgate.keys")
 local ipmatch = require("tollgate.ipmatch")
 local rules_parse = require("tollgate.rules_parse")
 local breaker_config = require("tollgate.breaker_config")
+local hashload = require("tollgate.hashload")
 
 local getenv = os.getenv
 local tonumber = tonumber
@@ -233,40 +234,10 @@ function _M.reload(red)
         return nil, err
     end
     version = tonumber(version) or 0
-    local fresh, bad = {}, 0
-    local cursor = "0"
-    repeat
-        local res, serr = red:hscan(keys.apps_index(), cursor, "COUNT", 500)
-        if not res then
-            return nil, serr
-        end
-        cursor = res[1]
-        local kv = res[2]
-        for i = 1, #kv, 2 do
-            local id, json = kv[i], kv[i + 1]
-            if keys.valid_id(id) and parse_app(id, json) then
-                fresh[id] = json
-            elseif keys.valid_id(id) then
-                bad = bad + 1
-                ngx.log(ngx.ERR, "tollgate: bad config for app ", id, ", keeping the last good one")
-                fresh[id] = cdict:get("app:" .. id) or false
-            else
-                bad = bad + 1
-            end
-        end
-    until cursor == "0"
-    for _, k in ipairs(cdict:get_keys(0)) do
-        if k:sub(1, 4) == "app:" and not fresh[k:sub(5)] then
-            cdict:delete(k)
-        end
-    end
-    for id, json in pairs(fresh) do
-        if json then
-            local ok, serr = cdict:safe_set("app:" .. id, json)
-            if not ok then
-                return nil, "config_dict: " .. tostring(serr)
-            end
-        end
+    local bad, serr = hashload.into_dict(red, keys.apps_index(), cdict, "app:", "config for app",
+        parse_app)
+    if not bad then
+        return nil, serr
     end
     local rbad, rerr = rules_parse.load(red, cdict)
     if not rbad then

@@ -4,6 +4,7 @@
 local cjson = require("cjson.safe")
 local ipmatch = require("tollgate.ipmatch")
 local keys = require("tollgate.keys")
+local hashload = require("tollgate.hashload")
 
 local type = type
 local floor = math.floor
@@ -276,44 +277,7 @@ local PREFIX = "rule:"
 --- config.reload's part: HSCAN `ratelimit:rules` into config_dict ("rule:<id>" = JSON). A rule
 -- that does not parse keeps its last good copy; returns the number of bad entries or nil, err.
 function _M.load(red, cdict)
-    local fresh, bad = {}, 0
-    local cursor = "0"
-    repeat
-        local res, err = red:hscan(keys.rules_index(), cursor, "COUNT", 500)
-        if not res then
-            return nil, err
-        end
-        cursor = res[1]
-        local kv = res[2]
-        for i = 1, #kv, 2 do
-            local id, json = kv[i], kv[i + 1]
-            local r, field = _M.parse(id, json)
-            if r then
-                fresh[id] = json
-            else
-                bad = bad + 1
-                if keys.valid_id(id) then
-                    ngx.log(ngx.ERR, "tollgate: bad rule ", id, " (", field,
-                        "), keeping the last good one")
-                    fresh[id] = cdict:get(PREFIX .. id) or false
-                end
-            end
-        end
-    until cursor == "0"
-    for _, k in ipairs(cdict:get_keys(0)) do
-        if k:sub(1, #PREFIX) == PREFIX and not fresh[k:sub(#PREFIX + 1)] then
-            cdict:delete(k)
-        end
-    end
-    for id, json in pairs(fresh) do
-        if json then
-            local ok, err = cdict:safe_set(PREFIX .. id, json)
-            if not ok then
-                return nil, "config_dict: " .. tostring(err)
-            end
-        end
-    end
-    return bad
+    return hashload.into_dict(red, keys.rules_index(), cdict, PREFIX, "rule", _M.parse)
 end
 
 --- Every stored rule of config_dict, parsed (bad ones cannot be stored; skipped anyway).

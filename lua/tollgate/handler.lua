@@ -26,6 +26,8 @@ local events = require("tollgate.events")
 local breaker = require("tollgate.breaker")
 
 local cjson = require("cjson.safe")
+local new_tab = require("table.new")
+local clear_tab = require("table.clear")
 local get_headers = ngx.req.get_headers
 local get_method = ngx.req.get_method
 local var = ngx.var
@@ -131,8 +133,36 @@ function _M.init_worker()
     end
 end
 
+-- A request's own state (tg_* fields) lives in one table from a worker-local pool, hung on
+-- ngx.ctx under one key: ngx.ctx's table starts with room for 4 fields, so the dozen fields of an
+-- admitted request would grow and rehash it twice, and a fresh table per request is garbage the
+-- collector sweeps; a pooled table is cleared and reused by log().
+local pool, npool = {}, 0
+local POOL_MAX = 4096
+
+local function request_state()
+    local st
+    if npool > 0 then
+        st = pool[npool]
+        pool[npool] = nil
+        npool = npool - 1
+    else
+        st = new_tab(0, 16)
+    end
+    ngx.ctx.tg = st
+    return st
+end
+
+local function release_state(st)
+    clear_tab(st)
+    if npool < POOL_MAX then
+        npool = npool + 1
+        pool[npool] = st
+    end
+end
+
 local function reject_invalid(reason, message, status)
-    ngx.ctx.tg_label = "_invalid"
+    request_state().tg_label = "_invalid"
     return response.refuse(status or 400, reason, message)
 end
 
@@ -201,7 +231,7 @@ function _M.access()
         a = config.app(id)
     end
     if a == false then
-        ngx.ctx.tg_label = "_unknown"
+        request_state().tg_label = "_unknown"
         return response.refuse(403, "unknown_app", "no such app")
     end
     local method = get_method()
@@ -212,14 +242,14 @@ function _M.access()
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open
         local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
-        ngx.ctx.tg_label = "_unconfigured"
+        request_state().tg_label = "_unconfigured"
         if not ok then
             blocked_event(headers, id, "fail_open_exhausted", "tier", 429)
             return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
         end
         return
     end
-    local ctx = ngx.ctx     -- one lookup: every ctx access is a metamethod and an FFI call
+    local ctx = request_state()
     if not a.enabled then
         ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
@@ -304,8 +334,7 @@ local function upstream_answered()
     return b ~= nil and find(b, "[1-9]") ~= nil
 end
 
-function _M.log()
-    local ctx = ngx.ctx
+local function log_request(ctx)
     if ctx.tg_conn then
         connlimit.release(ctx)      -- connection limiter first, whatever answered the request
     end
@@ -354,6 +383,14 @@ function _M.log()
         reservation.close(a, var.uri)
     end
     metrics.request(label, method, status, ctx.tg_total + actual)
+end
+
+function _M.log()
+    local ctx = ngx.ctx.tg      -- nil when access() did not run (or ran in another location)
+    if ctx then
+        log_request(ctx)
+        release_state(ctx)
+    end
 end
 
 function _M.health()

@@ -15,16 +15,22 @@ local NUMSTR = {}
 local NUMSTR_MAX = 65535
 
 --- v as the string an nginx variable takes (integers up to NUMSTR_MAX from a cache).
+-- (A value beyond the cache is not looked up in it: indexing a table with a large or negative
+-- number is a "mixed sparse/dense table" access LuaJIT does not compile, and the trace of the
+-- whole request path would abort on every request that sets one, e.g. a lease above 65535.)
 function _M.numstr(v)
-    local s = NUMSTR[v]
-    if s then
+    if v >= 0 and v <= NUMSTR_MAX then
+        local s = NUMSTR[v]
+        if s then
+            return s
+        end
+        s = tostring(v)
+        if v % 1 == 0 then
+            NUMSTR[v] = s
+        end
         return s
     end
-    s = tostring(v)
-    if v >= 0 and v <= NUMSTR_MAX and v % 1 == 0 then
-        NUMSTR[v] = s
-    end
-    return s
+    return tostring(v)
 end
 
 local function send(status, body)

@@ -70,6 +70,22 @@ local function target_of(a, k)
     return t < share and t or floor(share)
 end
 
+-- The target as the hit path sees it: read at most every 100 ms per worker (worker 0 changes it
+-- once per sync interval, 100 ms by default) and kept on the app's config table, so that a hit
+-- does not pay a shared-dict read only to learn that no refill is due. A refill timer and every
+-- grant read the target itself.
+local TARGET_TTL = 0.1
+
+local function hit_target(a, k)
+    local t = now()
+    if t < (a.l3_target_until or 0) then
+        return a.l3_target
+    end
+    local v = target_of(a, k)
+    a.l3_target, a.l3_target_until = v, t + TARGET_TTL
+    return v
+end
+
 -- Remember what a grant said about L2: scarcity and the number of active nodes.
 local function note_grant(k, res, want)
     if res[1] < want then
@@ -268,7 +284,7 @@ function _M.acquire(a, cost)
         if n and n >= S.batch_threshold then
             sync.trigger(a)
         end
-        if v < target_of(a, k) * S.refill_threshold then
+        if v < hit_target(a, k) * S.refill_threshold then
             _M.trigger_refill(a, k)
         end
         return true, v

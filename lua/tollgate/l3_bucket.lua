@@ -10,6 +10,7 @@ local deg = require("tollgate.degradation")
 local dict = shm.dict
 local K = shm.keys
 local take = shm.take
+local add_pending = shm.add_pending
 local now = ngx.now
 local timer_at = ngx.timer.at
 local log = ngx.log
@@ -176,9 +177,7 @@ local function exhausted(k, res, need)
 end
 
 local function admit(k, cost, v)
-    dict:incr(k.pending_cost, cost, 0)
-    local n = dict:incr(k.pending_count, 1, 0)
-    return v, n
+    return v, add_pending(k, cost, 1)
 end
 
 -- Take `cost` from the lease, waiting (a few ms at most) for an asynchronous refill of this
@@ -279,9 +278,7 @@ function _M.acquire(a, cost)
     local v = dict:incr(k.tokens, -cost, 0)
     if v and v >= 0 then
         metrics.hit()
-        dict:incr(k.pending_cost, cost, 0)
-        local n = dict:incr(k.pending_count, 1, 0)
-        if n and n >= S.batch_threshold then
+        if add_pending(k, cost, 1) >= S.batch_threshold then
             sync.trigger(a)
         end
         if v < hit_target(a, k) * S.refill_threshold then
@@ -339,8 +336,7 @@ function _M.rollback(a, cost, source)
         dict:incr(k.fail_open, -cost, 0)
     elseif S.mode ~= "remote" then
         dict:incr(k.tokens, cost, 0)
-        dict:incr(k.pending_cost, -cost, 0)
-        dict:incr(k.pending_count, -1, 0)
+        add_pending(k, -cost, -1)
     end
     dict:incr(k.rollback_count, 1, 0)
     metrics.inc('ratelimit_rollbacks_total{app_id="' .. a.id .. '"}')

@@ -16,8 +16,9 @@ function _M.keys(id)
     local p = "app:" .. id .. ":"
     k = {
         tokens = p .. "tokens",                 -- lease held by this node
-        pending_cost = p .. "pending_cost",     -- consumption not yet reported
-        pending_count = p .. "pending_count",   -- requests not yet reported
+        pending = p .. "pending",               -- lease admissions not yet reported (packed)
+        pending_cost = p .. "pending_cost",     -- other consumption not yet reported
+        pending_count = p .. "pending_count",   -- requests not yet reported (spilled)
         debt = p .. "debt",                     -- post-hoc charges the lease could not cover
         target = p .. "target",                 -- adaptive reserve target
         neg = p .. "neg",                       -- negative cache: reset time while exhausted
@@ -39,6 +40,72 @@ function _M.keys(id)
     cache[id] = k
     cache_n = cache_n + 1
     return k
+end
+
+-- Unreported consumption. An admission from the lease moves the cost and the request count
+-- in one `incr` of the packed counter `pending` = cost * 2^20 + count, whose count part is read
+-- as a signed number in [-2^19, 2^19) (rollbacks subtract). Post-hoc charges and refunds go to
+-- `pending_cost`, and a packed value about to leave the exact range spills its parts into
+-- `pending_cost` / `pending_count`; a report takes all three.
+local PACK = 1048576
+local HALF = 524288
+_M.PACK = PACK
+
+--- cost, count of packed pending value p
+local function unpack_pending(p)
+    local n = p % PACK
+    if n >= HALF then
+        n = n - PACK
+    end
+    return (p - n) / PACK, n
+end
+_M.unpack_pending = unpack_pending
+
+-- spill when the count part leaves [0, 2^18) or the cost part |c| reaches 2^30 (doubles stay
+-- exact up to 2^53 = 2^33 * 2^20)
+local SPILL_COUNT = 262144
+local SPILL_ABS = 2 ^ 50
+
+--- Count an admission (cost, +1) or its rollback (-cost, -1). Returns the requests pending.
+function _M.add_pending(k, cost, count)
+    local p = dict:incr(k.pending, cost * PACK + count, 0)
+    if not p then
+        return 0
+    end
+    local n = p % PACK
+    if n < SPILL_COUNT and p < SPILL_ABS and p > -SPILL_ABS then
+        return n
+    end
+    -- move exactly what this incr saw; concurrent increments stay in the packed counter
+    local c
+    c, n = unpack_pending(p)
+    dict:incr(k.pending, -p, 0)
+    dict:incr(k.pending_cost, c, 0)
+    return dict:incr(k.pending_count, n, 0) or 0
+end
+
+--- Take all unreported consumption of app keys k: cost, count (zero, zero when none).
+function _M.take_pending(k)
+    local p = dict:get(k.pending) or 0
+    local pc = dict:get(k.pending_cost) or 0
+    local pn = dict:get(k.pending_count) or 0
+    if p ~= 0 then
+        dict:incr(k.pending, -p)
+    end
+    if pc ~= 0 then
+        dict:incr(k.pending_cost, -pc)
+    end
+    if pn ~= 0 then
+        dict:incr(k.pending_count, -pn)
+    end
+    local c, n = unpack_pending(p)
+    return pc + c, pn + n
+end
+
+--- Unreported consumption of app keys k without taking it: cost, count.
+function _M.peek_pending(k)
+    local c, n = unpack_pending(dict:get(k.pending) or 0)
+    return c + (dict:get(k.pending_cost) or 0), n + (dict:get(k.pending_count) or 0)
 end
 
 --- Take up to `amount` from counter `key` without leaving it negative; returns what was taken.

@@ -42,17 +42,10 @@ local function prepare(a, k, returned, force)
     if inflight then
         return inflight
     end
-    local pc = dict:get(k.pending_cost) or 0
-    local pn = dict:get(k.pending_count) or 0
+    local pc, pn = shm.take_pending(k)
     local fo = dict:get(k.fail_open) or 0
     if pc == 0 and pn == 0 and fo == 0 and returned == 0 and not force then
         return nil
-    end
-    if pc ~= 0 then
-        dict:incr(k.pending_cost, -pc)
-    end
-    if pn ~= 0 then
-        dict:incr(k.pending_count, -pn)
     end
     if fo ~= 0 then
         dict:incr(k.fail_open, -fo)
@@ -161,7 +154,7 @@ end
 local function upkeep(a, t, dt)
     local k = K(a.id)
     local st = state[a.id]
-    local total = (dict:get(k.reported) or 0) + (dict:get(k.pending_cost) or 0)
+    local total = (dict:get(k.reported) or 0) + shm.peek_pending(k)
     if not st then
         st = { rate = 0, last_total = total, last_active = t, last_report = 0 }
         state[a.id] = st

@@ -30,10 +30,11 @@ local actions = {}
 function actions.state()
     local id = ngx.var.arg_app
     local k = shm.keys(id)
+    local pc, pn = shm.peek_pending(k)
     reply({
         tokens = dict:get(k.tokens) or 0,
-        pending_cost = dict:get(k.pending_cost) or 0,
-        pending_count = dict:get(k.pending_count) or 0,
+        pending_cost = pc,
+        pending_count = pn,
         debt = dict:get(k.debt) or 0,
         target = dict:get(k.target) or 0,
         fail_open = dict:get(k.fail_open) or 0,
@@ -48,6 +49,7 @@ function actions.set()
     local a = app_arg()
     local k = shm.keys(a.id)
     dict:set(k.tokens, tonumber(ngx.var.arg_tokens) or 0)
+    dict:set(k.pending, 0)
     dict:set(k.pending_cost, 0)
     dict:set(k.pending_count, 0)
     dict:set(k.debt, 0)

@@ -79,6 +79,8 @@ func parseFlags(args []string, stderr io.Writer) (runner.Config, string, error) 
 	fs.IntVar(&cfg.Connections, "connections", 64, "wrk connections (-c)")
 	fs.IntVar(&cfg.Threads, "threads", 2, "wrk threads (-t)")
 	fs.IntVar(&cfg.Rounds, "rounds", 3, "rounds interleaving the variants (medians are reported)")
+	fs.IntVar(&cfg.Pairs, "pairs", 10, "paired (a)/(b) runs with both gateways up (0: skip)")
+	fs.DurationVar(&cfg.Slice, "slice", 2*time.Second, "wrk run of each side of a pair")
 	out := fs.String("out", filepath.Join(repo, "bench", "results", "latest.md"),
 		"Markdown output file")
 	quick := fs.Bool("quick", false, "smoke run: 1 round, 2s runs, 1s warm-up")
@@ -99,6 +101,12 @@ func parseFlags(args []string, stderr io.Writer) (runner.Config, string, error) 
 		}
 		if !set["warmup"] {
 			cfg.Warmup = time.Second
+		}
+		if !set["pairs"] {
+			cfg.Pairs = 2
+		}
+		if !set["slice"] {
+			cfg.Slice = time.Second
 		}
 	}
 	return cfg, *out, nil

@@ -56,6 +56,10 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		t.Errorf("Redis calls per 1000 requests: (b) %.2f, want < (c) %.2f / 10",
 			b.CallsPer1000, c.CallsPer1000)
 	}
+	// the paired measurement: -quick runs 2 pairs, each with both sides measured
+	if p := rep.Paired; len(p.A) != 2 || len(p.Ratios()) != 2 || !(p.Median() > 0) {
+		t.Errorf("paired: a %v, b %v; want 2 pairs with requests on both sides", p.A, p.B)
+	}
 	// the rules section: 0, 10 and 100 active rules that never reject
 	if len(rep.Rules) != 3 {
 		t.Fatalf("%d rules rows, want 3 (0, 10, 100 rules)", len(rep.Rules))
@@ -75,6 +79,9 @@ func TestQuickRunEndToEnd(t *testing.T) {
 		if !strings.Contains(string(md), "| "+label+" |") {
 			t.Errorf("markdown table lacks %q:\n%s", label, md)
 		}
+	}
+	if !strings.Contains(string(md), "paired (b)/(a): both gateways up at once, 2 pairs") {
+		t.Errorf("markdown lacks the paired line:\n%s", md)
 	}
 	if !strings.Contains(string(md), "| 100 | ") {
 		t.Errorf("markdown lacks the rules section:\n%s", md)

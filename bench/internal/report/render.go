@@ -29,15 +29,17 @@ type Meta struct {
 
 // Report is a finished benchmark.
 type Report struct {
-	Meta  Meta
-	Rows  []Row
-	Goals []Goal
-	Rules []RulesRow // the rules section (empty: not measured)
+	Meta   Meta
+	Rows   []Row
+	Goals  []Goal
+	Rules  []RulesRow // the rules section (empty: not measured)
+	Paired Paired     // the paired (a)/(b) measurement (no pairs: not measured)
 }
 
 // New summarizes the series and checks the goals.
-func New(meta Meta, series []Series) Report {
-	return Report{Meta: meta, Rows: Summarize(series), Goals: Goals(series)}
+func New(meta Meta, series []Series, paired Paired) Report {
+	return Report{Meta: meta, Rows: Summarize(series), Goals: Goals(series, paired),
+		Paired: paired}
 }
 
 func columns() []string {
@@ -80,6 +82,9 @@ func (r Report) footer() []string {
 			verdict = "NOT met"
 		}
 		lines = append(lines, fmt.Sprintf("goal %s: %s — %s", g.Name, verdict, g.Detail))
+	}
+	if l := r.Paired.line(); l != "" {
+		lines = append(lines, l)
 	}
 	lines = append(lines, r.cpuLine())
 	return append(lines, "Redis calls: every command Redis executed during the measured run "+

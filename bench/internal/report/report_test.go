@@ -46,7 +46,7 @@ func TestSummarizeTakesMediansAndPairedRatios(t *testing.T) {
 }
 
 func TestGoals(t *testing.T) {
-	g := Goals(series())
+	g := Goals(series(), Paired{})
 	if len(g) != 3 {
 		t.Fatalf("%d goals, want 3", len(g))
 	}
@@ -55,18 +55,46 @@ func TestGoals(t *testing.T) {
 	}
 	s := series()
 	s[1].Samples[1].ReqPerSec = 90 // per-round ratios 0.95, 0.818, 0.889 -> 0.889
-	if g := Goals(s); g[0].Met {
+	if g := Goals(s, Paired{}); g[0].Met {
 		t.Errorf("goal (b) ≥ 0.9 (a) met with ratio 0.889: %+v", g[0])
 	}
-	if g := Goals(s[:1]); g[1].Met || g[1].Detail != "not measured" {
+	if g := Goals(s[:1], Paired{}); g[1].Met || g[1].Detail != "not measured" {
 		t.Errorf("hit goal without (b) = %+v, want not measured", g[1])
+	}
+}
+
+func TestPairedDecidesThePlainGoal(t *testing.T) {
+	// the rounds say 0.909 (met); the pairs, 0.80 0.85 0.88 0.95 -> median 0.865 (not met)
+	p := Paired{Slice: 2 * time.Second, A: []float64{100, 100, 100, 100}, B: []float64{80, 88, 95, 85}}
+	if m := p.Median(); math.Abs(m-0.865) > 1e-9 {
+		t.Fatalf("median = %v, want 0.865", m)
+	}
+	if q1, q3 := p.Quartiles(); q1 != 0.80 || q3 != 0.88 {
+		t.Errorf("quartiles = %v, %v; want 0.80, 0.88", q1, q3)
+	}
+	g := Goals(series(), p)
+	if g[0].Met || !strings.Contains(g[0].Detail, "paired median ratio 0.865") ||
+		!strings.Contains(g[0].Detail, "median of per-round ratios") {
+		t.Errorf("plain goal = %+v, want not met on the paired median, rounds still shown", g[0])
+	}
+	p.B = []float64{95, 91, 89, 92} // 0.89 0.91 0.92 0.95 -> 0.915
+	if g := Goals(series(), p); !g[0].Met {
+		t.Errorf("plain goal = %+v, want met at paired median 0.915", g[0])
+	}
+	r := New(Meta{Date: time.Unix(0, 0).UTC(), CPUs: 2, Rounds: 3}, series(), p)
+	if !strings.Contains(r.Text(), "paired (b)/(a): both gateways up at once, 4 pairs of 2s") ||
+		!strings.Contains(r.Text(), "92 vs 100 req/s") {
+		t.Errorf("report lacks the paired line:\n%s", r.Text())
+	}
+	if (Paired{A: []float64{0}, B: []float64{5}}).Measured() {
+		t.Error("a pair with no (a) requests counts as measured")
 	}
 }
 
 func TestReportShowsWarningsAndVerdicts(t *testing.T) {
 	s := series()
 	s[2].Samples[0].Non2xx = 7
-	r := New(Meta{Date: time.Unix(0, 0).UTC(), CPUs: 2, Rounds: 3}, s)
+	r := New(Meta{Date: time.Unix(0, 0).UTC(), CPUs: 2, Rounds: 3}, s, Paired{})
 	for _, out := range []string{r.Text(), r.Markdown()} {
 		for _, want := range []string{"(b) tollgate", "WARNING: (c) redis-per-request answered 7",
 			"goal (b) ≥ 0.90 × (a): met", "99.500 %", "relative to (a): (b) 1.00×", " 20.0 "} {

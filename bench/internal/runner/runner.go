@@ -26,8 +26,10 @@ type Config struct {
 	Duration    time.Duration // measured run per variant and round
 	Warmup      time.Duration // warm-up run before every measured run
 	Rounds      int
-	Workers     int       // nginx workers per variant
-	Progress    io.Writer // progress lines
+	Workers     int           // nginx workers per variant
+	Pairs       int           // paired (a)/(b) runs after the rounds (0: none)
+	Slice       time.Duration // wrk run of each side of a pair
+	Progress    io.Writer     // progress lines
 }
 
 // Validate lists what is wrong with c.
@@ -43,6 +45,10 @@ func (c Config) Validate() error {
 	if c.Duration < time.Second || c.Warmup < time.Second {
 		errs = append(errs, fmt.Errorf("duration (%s) and warm-up (%s) must be ≥ 1s",
 			c.Duration, c.Warmup))
+	}
+	if c.Pairs < 0 || (c.Pairs > 0 && c.Slice < time.Second) {
+		errs = append(errs, fmt.Errorf("pairs (%d) must be ≥ 0, and their runs (%s) ≥ 1s",
+			c.Pairs, c.Slice))
 	}
 	if c.Rounds < 1 || c.Workers < 1 {
 		errs = append(errs, fmt.Errorf("rounds (%d) and workers (%d) must be ≥ 1",
@@ -91,6 +97,13 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	if err != nil {
 		return report.Report{}, err
 	}
+	paired, err := e.paired(ctx)
+	if ctx.Err() != nil {
+		return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
+	}
+	if err != nil {
+		return report.Report{}, fmt.Errorf("runner: %w", err)
+	}
 	rules, err := e.rulesSection(ctx)
 	if ctx.Err() != nil {
 		return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
@@ -98,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	if err != nil {
 		return report.Report{}, err
 	}
-	rep := report.New(Describe(cfg, loadStart), series)
+	rep := report.New(Describe(cfg, loadStart), series, paired)
 	rep.Rules = rules
 	return rep, nil
 }

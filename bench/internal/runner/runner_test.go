@@ -14,12 +14,13 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("Validate(%+v) = %v, want nil", ok, err)
 	}
-	bad := Config{Threads: 4, Connections: 2, Duration: 500 * time.Millisecond}
+	bad := Config{Threads: 4, Connections: 2, Duration: 500 * time.Millisecond, Pairs: 3,
+		Slice: 100 * time.Millisecond}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted an empty config")
 	}
-	for _, want := range []string{"repository", "threads", "duration", "rounds"} {
+	for _, want := range []string{"repository", "threads", "duration", "rounds", "pairs (3)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error lacks %q: %v", want, err)
 		}

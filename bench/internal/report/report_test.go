@@ -120,3 +120,26 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+func TestSummarizeRulesPairsEachRoundWithItsRunWithoutRules(t *testing.T) {
+	run := func(rps float64, non2xx int64) Sample {
+		return Sample{ReqPerSec: rps, P50: time.Millisecond, P99: 3 * time.Millisecond,
+			Requests: int64(rps) * 5, Non2xx: non2xx}
+	}
+	// round 2 ran on a machine a third slower: its ratios still compare like with like
+	runs := [][]Sample{
+		{run(300, 0), run(200, 0), run(310, 0)},
+		{run(270, 0), run(190, 1), run(300, 0)}, // 0.900 0.950 0.968 -> 0.950
+		{run(240, 0), run(150, 0), run(217, 0)}, // 0.800 0.750 0.700 -> 0.750
+	}
+	rows := SummarizeRules([]int{0, 10, 100}, "mix", runs)
+	if len(rows) != 3 || rows[0].Mix != "-" || rows[1].Mix != "mix" || rows[2].Rules != 100 {
+		t.Fatalf("rows = %+v", rows)
+	}
+	if rows[0].Ratio != 1 || math.Abs(rows[1].Ratio-0.95) > 1e-9 || math.Abs(rows[2].Ratio-0.75) > 1e-9 {
+		t.Errorf("ratios = %v %v %v, want 1, 0.95, 0.75", rows[0].Ratio, rows[1].Ratio, rows[2].Ratio)
+	}
+	if rows[1].ReqPerSec != 270 || rows[1].Non2xx != 1 || rows[1].Requests != (270+190+300)*5 {
+		t.Errorf("row of 10 rules = %+v, want median 270 req/s, 1 non-2xx, all requests", rows[1])
+	}
+}

@@ -67,8 +67,8 @@ func (e *env) putRules(ctx context.Context, n int) error {
 	return err
 }
 
-// rulesSection measures (b) tollgate with 0, 10 and 100 active rules, one run each of at most
-// 5 s after a warm-up, each on a fresh nginx started after the rules were written.
+// rulesSection measures (b) tollgate with 0, 10 and 100 active rules: in each round one run of
+// each (at most 5 s after a warm-up), each on a fresh nginx started after its rules were written.
 func (e *env) rulesSection(ctx context.Context) ([]report.RulesRow, error) {
 	d := e.cfg.Duration / 2
 	if d > 5*time.Second {
@@ -77,49 +77,49 @@ func (e *env) rulesSection(ctx context.Context) ([]report.RulesRow, error) {
 	if d < time.Second {
 		d = time.Second
 	}
-	v := nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease}
-	var rows []report.RulesRow
-	for _, n := range RuleCounts {
-		if err := e.putRules(ctx, n); err != nil {
-			return nil, fmt.Errorf("runner: rules: %w", err)
+	runs := make([][]report.Sample, len(RuleCounts))
+	for round := 1; round <= e.cfg.Rounds; round++ {
+		for i, n := range RuleCounts {
+			s, err := e.rulesRun(ctx, n, round, d)
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], s)
 		}
-		node, err := nginxenv.Start(ctx, nginxenv.Options{
-			Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
-			Prefix:   filepath.Join(e.dir, "rules-"+strconv.Itoa(n)),
-			RedisURL: e.redis.URL(), NodeID: "bench-rules",
-		})
-		if err != nil {
-			return nil, err
-		}
-		tag := fmt.Sprintf("rules %d", n)
-		e.progress("%s: nginx pid %d, warm-up %s, measuring %s", tag, node.PID(), e.cfg.Warmup, d)
-		_, err = wrk.Run(ctx, e.wrkOptions(node, e.cfg.Warmup))
-		var res wrk.Result
-		if err == nil {
-			res, err = wrk.Run(ctx, e.wrkOptions(node, d))
-		}
-		if err != nil {
-			node.Stop()
-			return nil, err
-		}
-		if res.Non2xx > 0 {
-			e.explain(ctx, node)
-		}
-		node.Stop()
-		row := report.RulesRow{Rules: n, Mix: RuleMix, ReqPerSec: res.ReqPerSec, P50: res.P50,
-			P99: res.P99, Requests: res.Requests, Non2xx: res.Non2xx}
-		if n == 0 {
-			row.Mix = "-"
-		}
-		if len(rows) > 0 && rows[0].ReqPerSec > 0 {
-			row.Ratio = res.ReqPerSec / rows[0].ReqPerSec
-		} else {
-			row.Ratio = 1
-		}
-		e.progress("%s: %s req/s, p50 %s, p99 %s, %d non-2xx", tag,
-			report.Thousands(res.ReqPerSec), report.Latency(res.P50), report.Latency(res.P99),
-			res.Non2xx)
-		rows = append(rows, row)
 	}
-	return rows, e.putRules(ctx, 0)
+	return report.SummarizeRules(RuleCounts, RuleMix, runs), e.putRules(ctx, 0)
+}
+
+// rulesRun writes n rules, starts a gateway on them and measures one run of d.
+func (e *env) rulesRun(ctx context.Context, n, round int, d time.Duration) (report.Sample, error) {
+	tag := fmt.Sprintf("round %d/%d rules %d", round, e.cfg.Rounds, n)
+	if err := e.putRules(ctx, n); err != nil {
+		return report.Sample{}, fmt.Errorf("runner: rules: %w", err)
+	}
+	v := nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease}
+	node, err := nginxenv.Start(ctx, nginxenv.Options{
+		Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
+		Prefix:   filepath.Join(e.dir, "rules-"+strconv.Itoa(n)+"-r"+strconv.Itoa(round)),
+		RedisURL: e.redis.URL(), NodeID: "bench-rules",
+	})
+	if err != nil {
+		return report.Sample{}, err
+	}
+	defer node.Stop()
+	e.progress("%s: nginx pid %d, warm-up %s, measuring %s", tag, node.PID(), e.cfg.Warmup, d)
+	if _, err := wrk.Run(ctx, e.wrkOptions(node, e.cfg.Warmup)); err != nil {
+		return report.Sample{}, err
+	}
+	res, err := wrk.Run(ctx, e.wrkOptions(node, d))
+	if err != nil {
+		return report.Sample{}, err
+	}
+	if res.Non2xx > 0 {
+		e.explain(ctx, node)
+	}
+	e.progress("%s: %s req/s, p50 %s, p99 %s, %d non-2xx", tag,
+		report.Thousands(res.ReqPerSec), report.Latency(res.P50), report.Latency(res.P99),
+		res.Non2xx)
+	return report.Sample{ReqPerSec: res.ReqPerSec, P50: res.P50, P99: res.P99,
+		Requests: res.Requests, Non2xx: res.Non2xx}, nil
 }

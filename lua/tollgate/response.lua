@@ -15,9 +15,9 @@ local NUMSTR = {}
 local NUMSTR_MAX = 65535
 
 --- v as the string an nginx variable takes (integers up to NUMSTR_MAX from a cache).
--- (A value beyond the cache is not looked up in it: indexing a table with a large or negative
--- number is a "mixed sparse/dense table" access LuaJIT does not compile, and the trace of the
--- whole request path would abort on every request that sets one, e.g. a lease above 65535.)
+-- (A value beyond the cache is not looked up in it: with a lease of 10^12 tokens that lookup was
+-- an access LuaJIT does not compile, "NYI: mixed sparse/dense table", and the trace of the
+-- whole request path aborted on every request.)
 function _M.numstr(v)
     if v >= 0 and v <= NUMSTR_MAX then
         local s = NUMSTR[v]

@@ -18,11 +18,7 @@ import (
 // warms it up, and measures one wrk run with the L3 counters and Redis commands around it.
 func (e *env) measure(ctx context.Context, v nginxenv.Variant, round int) (report.Sample, error) {
 	tag := fmt.Sprintf("round %d/%d %s", round, e.cfg.Rounds, v.Label())
-	node, err := nginxenv.Start(ctx, nginxenv.Options{
-		Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
-		Prefix:   filepath.Join(e.dir, v.Key+"-"+v.Name+"-r"+strconv.Itoa(round)),
-		RedisURL: e.redis.URL(), NodeID: "bench-" + v.Name,
-	})
+	node, err := e.start(ctx, v, v.Key+"-"+v.Name+"-r"+strconv.Itoa(round), "bench-"+v.Name)
 	if err != nil {
 		return report.Sample{}, err
 	}
@@ -49,6 +45,15 @@ func (e *env) measure(ctx context.Context, v nginxenv.Variant, round int) (repor
 		e.explain(ctx, node)
 	}
 	return s, nil
+}
+
+// start starts variant v's gateway in the run's directory dir/<prefix>, as node nodeID of the
+// benchmark's Redis.
+func (e *env) start(ctx context.Context, v nginxenv.Variant, prefix, nodeID string) (*nginxenv.Node, error) {
+	return nginxenv.Start(ctx, nginxenv.Options{
+		Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
+		Prefix: filepath.Join(e.dir, prefix), RedisURL: e.redis.URL(), NodeID: nodeID,
+	})
 }
 
 // explain prints what a request gets now, the gateway's rejection counters and the end of the

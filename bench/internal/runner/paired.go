@@ -3,10 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"tollgate/bench/internal/nginxenv"
-	"tollgate/bench/internal/redisenv"
 	"tollgate/bench/internal/report"
 	"tollgate/bench/internal/wrk"
 )
@@ -22,11 +20,7 @@ func (e *env) paired(ctx context.Context) (report.Paired, error) {
 	}
 	var nodes [2]*nginxenv.Node
 	for i, v := range nginxenv.Variants()[:2] { // (a) plain, (b) tollgate
-		node, err := nginxenv.Start(ctx, nginxenv.Options{
-			Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
-			Prefix:   filepath.Join(e.dir, v.Key+"-"+v.Name+"-paired"),
-			RedisURL: e.redis.URL(), NodeID: "bench-paired-" + v.Name,
-		})
+		node, err := e.start(ctx, v, v.Key+"-"+v.Name+"-paired", "bench-paired-"+v.Name)
 		if err != nil {
 			return p, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -97,11 +96,7 @@ func (e *env) rulesRun(ctx context.Context, n, round int, d time.Duration) (repo
 		return report.Sample{}, fmt.Errorf("runner: rules: %w", err)
 	}
 	v := nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease}
-	node, err := nginxenv.Start(ctx, nginxenv.Options{
-		Variant: v, Repo: e.cfg.Repo, Workers: e.cfg.Workers, AppID: redisenv.AppID,
-		Prefix:   filepath.Join(e.dir, "rules-"+strconv.Itoa(n)+"-r"+strconv.Itoa(round)),
-		RedisURL: e.redis.URL(), NodeID: "bench-rules",
-	})
+	node, err := e.start(ctx, v, "rules-"+strconv.Itoa(n)+"-r"+strconv.Itoa(round), "bench-rules")
 	if err != nil {
 		return report.Sample{}, err
 	}

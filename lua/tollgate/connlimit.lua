@@ -57,9 +57,9 @@ end
 -- X-Connection-* headers: nginx variables that the location snippet's add_header lines emit
 -- (setting a variable costs a fraction of creating a response header from Lua)
 local function set_headers(limit, current)
-    var.tg_conn_limit = numstr(limit)
-    var.tg_conn_current = numstr(current)
-    var.tg_conn_remaining = numstr(current < limit and limit - current or 0)
+    var.tg_cl = numstr(limit)
+    var.tg_cc = numstr(current)
+    var.tg_cr = numstr(current < limit and limit - current or 0)
 end
 
 -- current: the count this request saw without itself, capped at what can really be in flight

@@ -25,10 +25,10 @@ local rules = require("tollgate.rules")
 local events = require("tollgate.events")
 local breaker = require("tollgate.breaker")
 
+local reqstate = require("tollgate.reqstate")
+local reqheaders = require("tollgate.reqheaders")
+
 local cjson = require("cjson.safe")
-local new_tab = require("table.new")
-local clear_tab = require("table.clear")
-local get_headers = ngx.req.get_headers
 local get_method = ngx.req.get_method
 local var = ngx.var
 local type = type
@@ -133,36 +133,8 @@ function _M.init_worker()
     end
 end
 
--- A request's own state (tg_* fields) lives in one table from a worker-local pool, hung on
--- ngx.ctx under one key: ngx.ctx's table starts with room for 4 fields, so the dozen fields of an
--- admitted request would grow and rehash it twice, and a fresh table per request is garbage the
--- collector sweeps; a pooled table is cleared and reused by log().
-local pool, npool = {}, 0
-local POOL_MAX = 4096
-
-local function request_state()
-    local st
-    if npool > 0 then
-        st = pool[npool]
-        pool[npool] = nil
-        npool = npool - 1
-    else
-        st = new_tab(0, 16)
-    end
-    ngx.ctx.tg = st
-    return st
-end
-
-local function release_state(st)
-    clear_tab(st)
-    if npool < POOL_MAX then
-        npool = npool + 1
-        pool[npool] = st
-    end
-end
-
-local function reject_invalid(reason, message, status)
-    request_state().tg_label = "_invalid"
+local function reject_invalid(ctx, reason, message, status)
+    ctx.tg_label = "_invalid"
     return response.refuse(status or 400, reason, message)
 end
 
@@ -214,42 +186,45 @@ local function blocked_event(headers, id, reason, rule_type, status, limit, curr
 end
 
 function _M.access()
-    local headers = get_headers(100)
+    local ctx = reqstate.open()
+    local headers = reqheaders.read(ctx.h)
     local id = headers[app_header_lc]
     if id == nil then
-        return reject_invalid("missing_app_id", "the " .. S.app_header .. " header is required")
+        return reject_invalid(ctx, "missing_app_id",
+            "the " .. S.app_header .. " header is required")
     end
     if type(id) == "table" then
-        return reject_invalid("duplicate_app_id", "send exactly one " .. S.app_header .. " header")
+        return reject_invalid(ctx, "duplicate_app_id",
+            "send exactly one " .. S.app_header .. " header")
     end
     local a = config.cached(id)
     if not a then
         if not keys.valid_id(id) then
-            return reject_invalid("invalid_app_id",
+            return reject_invalid(ctx, "invalid_app_id",
                 S.app_header .. " must match ^[A-Za-z0-9_-]{1,128}$")
         end
         a = config.app(id)
     end
     if a == false then
-        request_state().tg_label = "_unknown"
+        ctx.tg_label = "_unknown"
         return response.refuse(403, "unknown_app", "no such app")
     end
     local method = get_method()
     local op = cost_mod.classify(method, var.uri, var.args, headers["x-amz-copy-source"] ~= nil)
     if not op then
-        return reject_invalid("unsupported_method", "method " .. method .. " is not supported", 405)
+        return reject_invalid(ctx, "unsupported_method",
+            "method " .. method .. " is not supported", 405)
     end
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open
         local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
-        request_state().tg_label = "_unconfigured"
+        ctx.tg_label = "_unconfigured"
         if not ok then
             blocked_event(headers, id, "fail_open_exhausted", "tier", 429)
             return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
         end
         return
     end
-    local ctx = request_state()
     if not a.enabled then
         ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
@@ -324,8 +299,8 @@ function _M.access()
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
     -- emitted by the add_header lines of nginx/tollgate_location.conf
-    var.tg_cost = numstr(cost)
-    var.tg_remaining = numstr(x)
+    var.tg_c = numstr(cost)
+    var.tg_r = numstr(x)
 end
 
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)
@@ -386,10 +361,10 @@ local function log_request(ctx)
 end
 
 function _M.log()
-    local ctx = ngx.ctx.tg      -- nil when access() did not run (or ran in another location)
+    local ctx = reqstate.take()     -- nil when access() did not run for this request
     if ctx then
         log_request(ctx)
-        release_state(ctx)
+        reqstate.release(ctx)
     end
 end
 

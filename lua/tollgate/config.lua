@@ -173,19 +173,26 @@ function _M.cached(id)
     return cache[id] or nil
 end
 
---- The config of app `id`, false when unknown, nil when no config was ever loaded.
-function _M.app(id)
+--- Bring this worker's per-generation caches up to the current config generation (the request
+-- path does it through cached() and app()). Returns the generation, nil when no config was
+-- ever loaded.
+function _M.refresh()
     local v = cdict:get("generation")
-    if v == nil then
-        return nil
-    end
-    if v ~= cache_version then
+    if v ~= nil and v ~= cache_version then
         cache = {}
         cache_n = 0
         cache_version = v
         for i = 1, #on_generation do
             on_generation[i](v)
         end
+    end
+    return v
+end
+
+--- The config of app `id`, false when unknown, nil when no config was ever loaded.
+function _M.app(id)
+    if _M.refresh() == nil then
+        return nil
     end
     local a = cache[id]
     if a ~= nil then
@@ -256,6 +263,12 @@ function _M.reload(red)
     cdict:set("version", version)
     cdict:incr("generation", 1, 0)
     return version
+end
+
+--- Tell every worker that state compiled from config_dict or connlimit_dict is stale (no-op
+-- while no config was ever loaded: nothing is compiled then).
+function _M.bump()
+    cdict:incr("generation", 1)
 end
 
 function _M.generation()

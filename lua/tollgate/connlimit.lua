@@ -180,6 +180,7 @@ end
 
 --- Counters and limits of app `id` in `cluster` on this node.
 function _M.state(id, cluster)
+    config.refresh()
     local e = entry(id, cluster)
     return {
         app_current = dict:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,

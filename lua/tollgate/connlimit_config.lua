@@ -2,8 +2,9 @@
 -- and per-cluster limits read from Redis (connlimit:{c}:config:<app> max_connections,
 -- burst_connections; connlimit:{c}:cluster max_connections, reserved_ratio). The limits live in
 -- connlimit_dict so that every worker sees a refresh at once:
---   lim:a:<app> = "max burst", lim:c:<cluster> = "max reserved_ratio", lim_gen (bumped on change)
--- and each worker keeps parsed entries (with the counter key names) per lim_gen. Worker 0
+--   lim:a:<app> = "max burst", lim:c:<cluster> = "max reserved_ratio"
+-- and each worker keeps parsed entries (with the counter key names) per config generation: a
+-- change bumps the generation of config_dict, which the request path reads anyway. Worker 0
 -- re-reads them every config TTL and on every config notice; a config that does not validate
 -- keeps the last good one, a missing one means the defaults, Redis down keeps what is known.
 local keys = require("tollgate.keys")
@@ -69,19 +70,20 @@ function _M.settings()
     return S
 end
 
-local cache, cache_n, cache_gen = {}, 0, nil
+local cache, cache_n = {}, 0
 local CACHE_MAX = 20000
+config.on_generation(function()
+    cache, cache_n = {}, 0
+end)
 
 function _M.init(client, bg_ms)
     R, BG_MS = client, bg_ms
 end
 
---- The limits of app `id` in `cluster` and the names of its counters (cached per lim_gen).
+--- The limits of app `id` in `cluster` and the names of its counters, cached per config
+-- generation: on the request path config.cached() or config.app() has just brought the caches
+-- up to date; elsewhere call config.refresh() first.
 function _M.entry(id, cluster)
-    local gen = dict:get("lim_gen")
-    if gen ~= cache_gen then
-        cache, cache_n, cache_gen = {}, 0, gen
-    end
     local e = cache[id]
     if e and e.cluster == cluster then
         return e
@@ -110,9 +112,7 @@ function _M.entry(id, cluster)
     return e
 end
 
-local function bump()
-    dict:incr("lim_gen", 1, 0)
-end
+local bump = config.bump
 
 --- Set (or with max nil, clear) the limits of app `id`; validated like a config from Redis.
 function _M.set_app_limits(id, max, burst, no_bump)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"tollgate/internal/store"
 )
 
@@ -34,6 +36,36 @@ func TestAdmittedRequestCarriesCostHeaders(t *testing.T) {
 	if rem, err := strconv.Atoi(r.Header.Get("X-RateLimit-Remaining")); err != nil || rem < 0 {
 		t.Fatalf("X-RateLimit-Remaining = %q, want a non-negative number", r.Header.Get("X-RateLimit-Remaining"))
 	}
+}
+
+// X-RateLimit-Remaining is the lease's exact remaining tokens at any size: up to 65535 the
+// header variable takes a cached string, above it the digits are written into a C buffer
+// (tollgate.numvar) — both sides of that edge, every digit count, and random values. (Never 0:
+// an empty lease would start a refill that lands in a later case.)
+func TestRemainingHeaderIsExact(t *testing.T) {
+	s := newStack(t, stackOptions{env: quiet(map[string]string{"TOLLGATE_RESERVE_TARGET": "1"})})
+	g := s.gw()
+	remaining := func(tokens int64) (got string, cost int64) {
+		g.T("set?app=demo-p0&tokens="+strconv.FormatInt(tokens, 10), nil)
+		r := g.Do("PUT", "/bucket/obj", "demo-p0", strings.NewReader("x"), nil)
+		if r.Status != 200 || r.Cost() <= 0 {
+			t.Fatalf("status %d, cost %q: %s", r.Status, r.Header.Get("X-RateLimit-Cost"), r.Body)
+		}
+		return r.Header.Get("X-RateLimit-Remaining"), int64(r.Cost())
+	}
+	_, cost := remaining(1000)
+	check := func(want int64) {
+		got, c := remaining(want + cost)
+		if c != cost || got != strconv.FormatInt(want, 10) {
+			t.Fatalf("lease %d, cost %d: X-RateLimit-Remaining = %q, want %d", want+cost, c, got, want)
+		}
+	}
+	for _, want := range []int64{1, 9, 65535, 65536, 99999, 100000, 123456789012, 1<<52 - 1} {
+		check(want)
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		check(rapid.Int64Range(1, 1<<52).Draw(rt, "remaining"))
+	})
 }
 
 func TestInvalidAppIDs(t *testing.T) {

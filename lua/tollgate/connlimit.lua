@@ -25,7 +25,7 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local format = string.format
 local floor = math.floor
-local numstr = response.numstr
+local numvar = require("tollgate.numvar")
 
 local _M = {
     configure = limits.configure,
@@ -57,9 +57,9 @@ end
 -- X-Connection-* headers: nginx variables that the location snippet's add_header lines emit
 -- (setting a variable costs a fraction of creating a response header from Lua)
 local function set_headers(limit, current)
-    var.tg_cl = numstr(limit)
-    var.tg_cc = numstr(current)
-    var.tg_cr = numstr(current < limit and limit - current or 0)
+    numvar.set("tg_cl", limit)
+    numvar.set("tg_cc", current)
+    numvar.set("tg_cr", current < limit and limit - current or 0)
 end
 
 -- current: the count this request saw without itself, capped at what can really be in flight

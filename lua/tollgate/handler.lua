@@ -12,7 +12,7 @@ local scripts = require("tollgate.scripts")
 local rredis = require("tollgate.redis")
 local metrics = require("tollgate.metrics")
 local response = require("tollgate.response")
-local numstr = response.numstr
+local numvar = require("tollgate.numvar")
 local shm = require("tollgate.shm")
 local l3 = require("tollgate.l3_bucket")
 local sync = require("tollgate.sync")
@@ -299,8 +299,8 @@ function _M.access()
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
     -- emitted by the add_header lines of nginx/tollgate_location.conf
-    var.tg_c = numstr(cost)
-    var.tg_r = numstr(x)
+    numvar.set("tg_c", cost)
+    numvar.set("tg_r", x)
 end
 
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)

@@ -9,30 +9,6 @@ local now = ngx.now
 
 local _M = {}
 
--- Strings of the small non-negative integers the response-header variables carry most (costs,
--- connection counts): setting an nginx variable to a number makes a new Lua string per call.
-local NUMSTR = {}
-local NUMSTR_MAX = 65535
-
---- v as the string an nginx variable takes (integers up to NUMSTR_MAX from a cache).
--- (A value beyond the cache is not looked up in it: with a lease of 10^12 tokens that lookup was
--- an access LuaJIT does not compile, "NYI: mixed sparse/dense table", and the trace of the
--- whole request path aborted on every request.)
-function _M.numstr(v)
-    if v >= 0 and v <= NUMSTR_MAX then
-        local s = NUMSTR[v]
-        if s then
-            return s
-        end
-        s = tostring(v)
-        if v % 1 == 0 then
-            NUMSTR[v] = s
-        end
-        return s
-    end
-    return tostring(v)
-end
-
 local function send(status, body)
     ngx.status = status
     header["Content-Type"] = "application/json"

@@ -72,6 +72,14 @@ function _M.init(opts)
     end
     CALC = calc
     app_header_lc = S.app_header:lower()
+    -- the headers the request path reads (price, reservation estimates); rules and events
+    -- read the rest through reqheaders.all
+    reqheaders.want(app_header_lc)
+    for _, name in ipairs({ "transfer-encoding", "content-length", "x-amz-copy-source",
+                            "x-tollgate-expected-size", "x-amz-decoded-content-length",
+                            "range" }) do
+        reqheaders.want(name)
+    end
 end
 
 function _M.init_worker()
@@ -175,7 +183,7 @@ local function blocked_event(headers, id, reason, rule_type, status, limit, curr
     if not sampled then
         return
     end
-    local ua = headers["user-agent"]
+    local ua = reqheaders.all(headers)["user-agent"]
     events.push({
         event_type = "request_blocked", severity = "warning", app_id = id,
         ip_address = var.remote_addr, user_agent = type(ua) == "string" and ua or nil,

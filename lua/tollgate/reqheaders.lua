@@ -1,8 +1,12 @@
 -- The request's headers in a caller-supplied table: what ngx.req.get_headers() returns, without
--- the table it creates per request and without its metamethod, which case-folds the name of
--- every header the request does not have (the request path looks up four such names per
--- request). Keys are nginx's lower-case header names; a repeated header becomes the list of its
--- values, as in get_headers. Reads through the FFI functions resty.core's get_headers uses.
+-- the table it creates per request, without its metamethod (which case-folds the name of every
+-- header the request does not have; the request path looks up four such names per request),
+-- and without Lua strings for the headers nobody reads. read() takes only the names the
+-- request path asked for with want(); all() adds the others when something needs arbitrary
+-- headers (rules, events). An S3 request carries eight or more headers (authorization,
+-- x-amz-date, x-amz-content-sha256, user-agent, ...) of which the limiter reads one or two.
+-- Keys are nginx's lower-case header names; a repeated header becomes the list of its values,
+-- as in get_headers. Reads through the FFI functions resty.core's get_headers uses.
 local ffi = require("ffi")
 local base = require("resty.core.base")
 require("resty.core.request")   -- declares ngx_http_lua_ffi_req_get_headers{,_count}
@@ -10,16 +14,47 @@ require("resty.core.request")   -- declares ngx_http_lua_ffi_req_get_headers{,_c
 local C = ffi.C
 local ffi_str = ffi.string
 local get_request = base.get_request
+local tonumber = tonumber
 local type = type
+local lower = string.lower
 
 local _M = {}
 
-_M.MAX = 100
+_M.MAX = 100                    -- headers looked at, as get_headers(100)
 local buf = ffi.new("ngx_http_lua_ffi_table_elt_t[?]", _M.MAX)
 local truncated = ffi.new("int[1]")
 
---- Fill the empty table t with the first MAX headers of the current request. Returns t.
-function _M.read(t)
+local WANTED = {}               -- lower-case name -> true
+local LEN_MAX = 64
+local WANTED_LEN = {}           -- name length -> some wanted name has it (an array: 0..LEN_MAX)
+for i = 0, LEN_MAX do
+    WANTED_LEN[i] = false
+end
+local FULL = {}                 -- key of a table that holds every header
+
+--- Make read() take header `name` (any case, at most 64 characters).
+function _M.want(name)
+    if #name > LEN_MAX then
+        error("header name longer than " .. LEN_MAX .. ": " .. name, 2)
+    end
+    name = lower(name)
+    WANTED[name] = true
+    WANTED_LEN[#name] = true
+end
+
+local function add(t, key, value)
+    local old = t[key]
+    if old == nil then
+        t[key] = value
+    elseif type(old) == "table" then
+        old[#old + 1] = value
+    else
+        t[key] = { old, value }
+    end
+end
+
+-- wanted: true takes the wanted names only, false every other one
+local function fill(t, wanted)
     local r = get_request()
     local n = C.ngx_http_lua_ffi_req_get_headers_count(r, _M.MAX, truncated)
     if n <= 0 or C.ngx_http_lua_ffi_req_get_headers(r, buf, n, 0) ~= 0 then
@@ -28,16 +63,27 @@ function _M.read(t)
     for i = 0, n - 1 do
         -- buf[i] indexed each time: a local reference to the element would be a cdata that
         -- the compiled loop materializes on its exit (24 bytes of garbage per request)
-        local key = ffi_str(buf[i].key.data, buf[i].key.len)
-        local value = ffi_str(buf[i].value.data, buf[i].value.len)
-        local old = t[key]
-        if old == nil then
-            t[key] = value
-        elseif type(old) == "table" then
-            old[#old + 1] = value
-        else
-            t[key] = { old, value }
+        local len = tonumber(buf[i].key.len)
+        if not wanted or (len <= LEN_MAX and WANTED_LEN[len]) then
+            local key = ffi_str(buf[i].key.data, len)
+            if (WANTED[key] == true) == wanted then
+                add(t, key, ffi_str(buf[i].value.data, buf[i].value.len))
+            end
         end
+    end
+    return t
+end
+
+--- Fill the empty table t with the wanted headers of the current request. Returns t.
+function _M.read(t)
+    return fill(t, true)
+end
+
+--- Add the other headers of the current request to t, filled by read() (once). Returns t.
+function _M.all(t)
+    if t[FULL] == nil then
+        fill(t, false)
+        t[FULL] = true
     end
     return t
 end

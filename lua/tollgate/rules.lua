@@ -14,6 +14,7 @@ local keys = require("tollgate.keys")
 local scripts = require("tollgate.scripts")
 local events = require("tollgate.events")
 local config = require("tollgate.config")
+local reqheaders = require("tollgate.reqheaders")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
@@ -249,6 +250,7 @@ function _M.check(a, method, headers, cost)
         return nil
     end
     local id = a.id
+    reqheaders.all(headers)     -- rules match any header (and take the client's from some)
     req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
     local t = now()
     for i = 1, #list do

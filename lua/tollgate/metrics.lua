@@ -78,17 +78,24 @@ for i = 1, #CONN_BUCKETS + 1 do conn_b[i] = 0 end
 -- The first bucket is tested before the loop: it holds most requests (cost 1, sub-10 ms slots),
 -- and a request path that never enters the loop keeps one JIT trace instead of linking into
 -- the loop's own trace and finishing in the interpreter.
-local function bucket_index(buckets, v)
-    if v <= buckets[1] then
-        return 1
-    end
-    for i = 2, #buckets do
-        if v <= buckets[i] then
-            return i
+--- index(v) for a histogram's upper bounds: the first i with v <= buckets[i], #buckets + 1
+-- above them all. Compiled into a binary search of nested ifs: a loop over the bounds would be
+-- an inner loop in the log phase's trace (a trace of its own, entered and left per request).
+local function bucketer(buckets)
+    local function search(lo, hi)   -- the answer is in lo..hi
+        if lo == hi then
+            return "return " .. lo
         end
+        local mid = math.floor((lo + hi) / 2)
+        return string.format("if v <= %.17g then %s else %s end", buckets[mid],
+            search(lo, mid), search(mid + 1, hi))
     end
-    return #buckets + 1
+    return assert(loadstring("local v = ...\n" .. search(1, #buckets + 1), "=bucketer"))
 end
+_M.bucketer = bucketer
+local cost_index = bucketer(COST_BUCKETS)
+local latency_index = bucketer(LATENCY_BUCKETS)
+local conn_index = bucketer(CONN_BUCKETS)
 
 function _M.request(app, method, status, cost)
     local a = req[app]
@@ -103,7 +110,7 @@ function _M.request(app, method, status, cost)
     end
     m[status] = (m[status] or 0) + 1
     if cost and cost > 0 then
-        local i = bucket_index(COST_BUCKETS, cost)
+        local i = cost_index(cost)
         cost_b[i] = cost_b[i] + 1
         cost_sum = cost_sum + cost
         cost_n = cost_n + 1
@@ -114,7 +121,7 @@ function _M.hit() hits = hits + 1 end
 function _M.miss() misses = misses + 1 end
 
 function _M.redis_latency(sec)
-    local i = bucket_index(LATENCY_BUCKETS, sec)
+    local i = latency_index(sec)
     lat_b[i] = lat_b[i] + 1
     lat_sum = lat_sum + sec
     lat_n = lat_n + 1
@@ -122,7 +129,7 @@ end
 
 --- Seconds a request held its connection slot.
 function _M.conn_duration(sec)
-    local i = bucket_index(CONN_BUCKETS, sec)
+    local i = conn_index(sec)
     conn_b[i] = conn_b[i] + 1
     conn_sum = conn_sum + sec
     conn_n = conn_n + 1

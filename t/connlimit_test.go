@@ -862,7 +862,9 @@ func TestConnLimiterWorksWithRedisDown(t *testing.T) {
 	s.redis.Stop()
 	h := newHolder(t, g)
 	h.start("demo-p1", "down", 2)
-	eventually(t, "2 held", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 2 })
+	eventually(t, "2 held", func() bool { // and the warm-up request's slot given back
+		return h.held("down").Now == 2 && connStateOf(g, "demo-p1").AppCurrent == 2
+	})
 	checkRejection(t, h.do("demo-p1", "none"), "app_limit_exceeded", 2, 2)
 	h.unhold("down")
 	h.wg.Wait()
@@ -889,7 +891,11 @@ func TestConnMetricsAndNodeStats(t *testing.T) {
 	}
 	h := newHolder(t, g)
 	h.start("demo-p1", "m", 1)
-	eventually(t, "held", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 1 })
+	// the backend holds the request and the first one's log phase has given its slot back
+	// (AppCurrent alone could still count the first request and not yet the held one)
+	eventually(t, "held", func() bool {
+		return h.held("m").Now == 1 && connStateOf(g, "demo-p1").AppCurrent == 1
+	})
 	checkRejection(t, h.do("demo-p1", "none"), "app_limit_exceeded", 1, 1)
 	labels := `{app_id="demo-p1",cluster_id="default"}`
 	eventually(t, "gauges and counters", func() bool {

@@ -8,6 +8,7 @@
 local ffi = require("ffi")
 local base = require("resty.core.base")
 require("resty.core.var")       -- declares ngx_http_lua_ffi_var_set
+local metrics = require("tollgate.metrics")
 
 local C = ffi.C
 local get_request = base.get_request
@@ -55,31 +56,13 @@ local function digit(n, i)
     return q
 end
 
--- the number of digits of an integer 1 <= n < 10^16 (a binary search: no loop)
-local function ndigits(n)
-    if n < 1e8 then
-        if n < 1e4 then
-            if n < 1e2 then
-                return n < 1e1 and 1 or 2
-            end
-            return n < 1e3 and 3 or 4
-        end
-        if n < 1e6 then
-            return n < 1e5 and 5 or 6
-        end
-        return n < 1e7 and 7 or 8
-    end
-    if n < 1e12 then
-        if n < 1e10 then
-            return n < 1e9 and 9 or 10
-        end
-        return n < 1e11 and 11 or 12
-    end
-    if n < 1e14 then
-        return n < 1e13 and 13 or 14
-    end
-    return n < 1e15 and 15 or 16
+-- the number of digits of an integer 1 <= n < 10^16: the histogram bucket of n among the bounds
+-- 9, 99, ..., 10^15 - 1 (metrics' compiled binary search: no loop)
+local bounds = {}
+for k = 1, 15 do
+    bounds[k] = 10 ^ k - 1
 end
+local ndigits = metrics.bucketer(bounds)
 
 --- ngx.var[name] = n (a number).
 -- The digits are written without a loop, all sixteen of them: a loop here would be an inner loop

@@ -7,6 +7,7 @@ local ipmatch = require("tollgate.ipmatch")
 local rules_parse = require("tollgate.rules_parse")
 local breaker_config = require("tollgate.breaker_config")
 local hashload = require("tollgate.hashload")
+local genpage = require("tollgate.genpage")
 
 local getenv = os.getenv
 local tonumber = tonumber
@@ -157,6 +158,32 @@ local cache_n = 0
 local cache_version = nil
 local CACHE_MAX = 20000
 local on_generation = {}    -- functions(generation) of per-worker state compiled from config
+local gpage                 -- the generation's mirror (tollgate.genpage), nil without one
+local NONE = genpage.NONE
+
+local function get_generation()
+    return cdict:get("generation")
+end
+
+--- Map the page that mirrors the generation (init phase only: the workers inherit it).
+function _M.share_generation()
+    if ngx.get_phase() ~= "init" then
+        return nil, "not in the init phase"
+    end
+    local p, err = genpage.create(cdict)
+    gpage = p
+    return p, err
+end
+
+--- Make the mirror show the dict's generation (worker start; then once a second, for a writer
+-- that died between moving the generation and publishing it).
+function _M.publish_generation(always)
+    if always then
+        genpage.publish(gpage, get_generation)
+    else
+        genpage.check(gpage, get_generation)
+    end
+end
 
 --- Call fn(generation) whenever this worker starts using a new config generation (on the
 -- request path, before the request that noticed it is served).
@@ -167,7 +194,11 @@ end
 --- The parsed config of app `id` if this worker has it at hand (the hot path's first try: a
 -- hit needs no id validation, since only valid ids are ever cached as known apps).
 function _M.cached(id)
-    if cdict:get("generation") ~= cache_version then
+    if gpage then
+        if gpage[0] ~= (cache_version or NONE) then
+            return nil
+        end
+    elseif cdict:get("generation") ~= cache_version then
         return nil
     end
     return cache[id] or nil
@@ -262,13 +293,16 @@ function _M.reload(red)
     -- a strictly new value tells every worker to drop its parsed cache
     cdict:set("version", version)
     cdict:incr("generation", 1, 0)
+    genpage.publish(gpage, get_generation)
     return version
 end
 
 --- Tell every worker that state compiled from config_dict or connlimit_dict is stale (no-op
 -- while no config was ever loaded: nothing is compiled then).
 function _M.bump()
-    cdict:incr("generation", 1)
+    if cdict:incr("generation", 1) then
+        genpage.publish(gpage, get_generation)
+    end
 end
 
 function _M.generation()

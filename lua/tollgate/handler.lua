@@ -60,6 +60,12 @@ end
 function _M.init(opts)
     S = config.settings(opts)
     tune_jit(S.jit_tune)
+    -- the config generation's mirror, mapped before the workers fork (a plain read per request)
+    local _, gerr = config.share_generation()
+    if gerr and ngx.get_phase() == "init" then
+        ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
+            "); every request reads it from config_dict")
+    end
     connlimit.configure(opts)
     local set, err = scripts.load(S.scripts_dir)
     if not set then
@@ -87,6 +93,7 @@ function _M.init_worker()
         _M.init()
     end
     deg.init(S)
+    config.publish_generation(true)
     local client, err = rredis.new({
         url = S.redis_url, pool_size = S.pool_size,
         on_result = function(rerr, unavailable, sec)
@@ -113,6 +120,7 @@ function _M.init_worker()
     ngx.timer.every(1, function(premature)
         if not premature then
             metrics.flush()
+            config.publish_generation()
         end
     end)
     local worker0 = ngx.worker.id() == 0

@@ -184,6 +184,19 @@ function actions.conn_cleanup()
     reply({ leaked = leaked, work = work })
 end
 
+-- The config generation as this worker sees it: its mirror page and config_dict.
+function actions.generation()
+    local p = require("tollgate.genpage").page()
+    reply({ pid = ngx.worker.pid(), page = p and p[0] or nil, dict = config.generation(),
+            addr = p and string.format("%.0f", tonumber(require("ffi").cast("uintptr_t", p))) })
+end
+
+-- Move the config generation (from whichever worker answers).
+function actions.bump()
+    config.bump()
+    reply({ pid = ngx.worker.pid(), dict = config.generation() })
+end
+
 function actions.conn_workers()
     reply(conntrack.workers())
 end

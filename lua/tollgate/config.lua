@@ -165,10 +165,11 @@ local function get_generation()
     return cdict:get("generation")
 end
 
---- Map the page that mirrors the generation (init phase only: the workers inherit it).
+--- Map the page that mirrors the generation. Only in the init phase (the master, whose workers
+-- inherit it); elsewhere a no-op that returns nil. Returns nil, err when mapping failed.
 function _M.share_generation()
     if ngx.get_phase() ~= "init" then
-        return nil, "not in the init phase"
+        return nil
     end
     local p, err = genpage.create(cdict)
     gpage = p
@@ -198,7 +199,7 @@ function _M.cached(id)
         if gpage[0] ~= (cache_version or NONE) then
             return nil
         end
-    elseif cdict:get("generation") ~= cache_version then
+    elseif get_generation() ~= cache_version then
         return nil
     end
     return cache[id] or nil
@@ -208,7 +209,7 @@ end
 -- path does it through cached() and app()). Returns the generation, nil when no config was
 -- ever loaded.
 function _M.refresh()
-    local v = cdict:get("generation")
+    local v = get_generation()
     if v ~= nil and v ~= cache_version then
         cache = {}
         cache_n = 0
@@ -251,7 +252,7 @@ end
 --- All known app ids (per worker, rebuilt when the version changes).
 local ids_cache, ids_version = {}, nil
 function _M.app_ids()
-    local v = cdict:get("generation")
+    local v = get_generation()
     if v ~= ids_version then
         local ids = {}
         for _, k in ipairs(cdict:get_keys(0)) do
@@ -305,8 +306,6 @@ function _M.bump()
     end
 end
 
-function _M.generation()
-    return cdict:get("generation")
-end
+_M.generation = get_generation
 
 return _M

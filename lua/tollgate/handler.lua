@@ -62,7 +62,7 @@ function _M.init(opts)
     tune_jit(S.jit_tune)
     -- the config generation's mirror, mapped before the workers fork (a plain read per request)
     local _, gerr = config.share_generation()
-    if gerr and ngx.get_phase() == "init" then
+    if gerr then
         ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
             "); every request reads it from config_dict")
     end

@@ -75,9 +75,6 @@ for i = 1, #COST_BUCKETS + 1 do cost_b[i] = 0 end
 for i = 1, #LATENCY_BUCKETS + 1 do lat_b[i] = 0 end
 for i = 1, #CONN_BUCKETS + 1 do conn_b[i] = 0 end
 
--- The first bucket is tested before the loop: it holds most requests (cost 1, sub-10 ms slots),
--- and a request path that never enters the loop keeps one JIT trace instead of linking into
--- the loop's own trace and finishing in the interpreter.
 --- index(v) for a histogram's upper bounds: the first i with v <= buckets[i], #buckets + 1
 -- above them all. Compiled into a binary search of nested ifs: a loop over the bounds would be
 -- an inner loop in the log phase's trace (a trace of its own, entered and left per request).

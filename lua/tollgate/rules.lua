@@ -107,7 +107,7 @@ end
 
 --- The compiled rules of this worker (recompiled when the config generation moved).
 function _M.list()
-    local g = cdict:get("generation")
+    local g = config.generation()
     if g ~= gen then
         compile(g)
     end

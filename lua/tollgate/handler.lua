@@ -226,7 +226,8 @@ function _M.access()
         return response.refuse(403, "unknown_app", "no such app")
     end
     local method = get_method()
-    local op = cost_mod.classify(method, var.uri, var.args, headers["x-amz-copy-source"] ~= nil)
+    local op = cost_mod.classify(method, var.uri, reqheaders.query(),
+        headers["x-amz-copy-source"] ~= nil)
     if not op then
         return reject_invalid(ctx, "unsupported_method",
             "method " .. method .. " is not supported", 405)

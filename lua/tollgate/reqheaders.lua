@@ -9,7 +9,8 @@
 -- as in get_headers. Reads through the FFI functions resty.core's get_headers uses.
 local ffi = require("ffi")
 local base = require("resty.core.base")
-require("resty.core.request")   -- declares ngx_http_lua_ffi_req_get_headers{,_count}
+require("resty.core.request")   -- declares ngx_http_lua_ffi_req_get_headers{,_count} and
+                                -- ngx_http_lua_ffi_req_get_querystring_len
 
 local C = ffi.C
 local ffi_str = ffi.string
@@ -17,6 +18,7 @@ local get_request = base.get_request
 local tonumber = tonumber
 local type = type
 local lower = string.lower
+local var = ngx.var
 
 local _M = {}
 
@@ -77,6 +79,16 @@ end
 --- Fill the empty table t with the wanted headers of the current request. Returns t.
 function _M.read(t)
     return fill(t, true)
+end
+
+--- The raw query string of the current request ($args), nil when it has none. Most object
+-- requests have none: the length check costs a field read where reading $args costs a
+-- variable lookup by name (~400 instructions).
+function _M.query()
+    if C.ngx_http_lua_ffi_req_get_querystring_len(get_request()) == 0 then
+        return nil
+    end
+    return var.args
 end
 
 --- Add the other headers of the current request to t, filled by read() (once). Returns t.

@@ -14,6 +14,11 @@
 // redis-server. Timers of the gateway fire per second, not per request, so under valgrind's
 // slow-down they weigh more per request than at full speed: the "timers" column shows them, and
 // the last column leaves them out.
+//
+// TOLLGATE_CALLGRIND_ARGS adds valgrind options, e.g. "--collect-atstart=no
+// --toggle-collect=ngx_http_lua_access_handler --toggle-collect=ngx_http_lua_log_handler"
+// to count only inside the Lua phases (the table's totals are then those phases alone; with
+// -keep, callgrind_annotate shows what in them costs what).
 package main
 
 import (
@@ -218,8 +223,9 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 		return row{}, err
 	}
 	out := filepath.Join(prefix, "callgrind.out")
-	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+out+".%p",
-		"nginx", "-p", prefix, "-c", conf)
+	args := []string{"--tool=callgrind", "--callgrind-out-file=" + out + ".%p"}
+	args = append(args, strings.Fields(os.Getenv("TOLLGATE_CALLGRIND_ARGS"))...)
+	cmd := exec.Command("valgrind", append(args, "nginx", "-p", prefix, "-c", conf)...)
 	cmd.Env = os.Environ()
 	if v.Tollgate() {
 		cmd.Env = append(cmd.Env, "TOLLGATE_REDIS_URL="+redisURL, "TOLLGATE_NODE_ID=callgrind",

@@ -710,6 +710,14 @@ func TestCompactRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
 	}
 }
 
+// genKeys are the connlimit_dict keys of one worker generation (tgtest conn_keys).
+type genKeys struct {
+	Free int  `json:"free"` // slot records of released requests (FREE)
+	Held int  `json:"held"` // slot records of requests in flight
+	WT   bool `json:"wt"`
+	WP   bool `json:"wp"`
+}
+
 // kill -9 of a worker with requests in flight: its slots come back within the timeout plus one
 // cleanup interval (2 s + 1 s), not before the timeout, while the requests still in flight on
 // the other workers keep theirs past the timeout (their heartbeat refreshes them).
@@ -720,17 +728,29 @@ func TestKilledWorkerSlotsComeBack(t *testing.T) {
 	g := s.gw()
 	h := newHolder(t, g)
 	const n = 16
-	var victim, victimRecords int
+	var victim, victimRecords, victimGen, survivorGen int
 	var name string
 	var results <-chan holdResult
+	// 64 requests held at once and released: every worker ends with released (FREE) slots.
+	// (Their own client: Go's transport re-sends a GET whose reused connection fails, so the
+	// killed worker's requests must not ride on connections opened before.)
+	hw := newHolder(t, g)
+	warm := hw.start("demo-p1", "warm", 64)
+	eventually(t, "64 warm-up requests in flight", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 64 })
+	hw.unhold("warm")
+	for range warm {
+	}
+	hw.client.CloseIdleConnections()
+	eventually(t, "warm-up released", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 0 })
 	for try := 0; try < 3 && victim == 0; try++ {
 		name = "kill" + strconv.Itoa(try)
 		results = h.start("demo-p1", name, n)
 		eventually(t, "16 requests in flight", func() bool { return connStateOf(g, "demo-p1").AppCurrent == n })
 		var ws []struct {
-			PID     int  `json:"pid"`
-			Live    bool `json:"live"`
-			Records int  `json:"records"`
+			Generation int  `json:"generation"`
+			PID        int  `json:"pid"`
+			Live       bool `json:"live"`
+			Records    int  `json:"records"`
 		}
 		g.T("conn_workers", &ws)
 		busy := 0
@@ -738,8 +758,13 @@ func TestKilledWorkerSlotsComeBack(t *testing.T) {
 			if w.Live && w.Records > 0 {
 				busy++
 				if w.Records > victimRecords {
-					victim, victimRecords = w.PID, w.Records
+					victim, victimRecords, victimGen = w.PID, w.Records, w.Generation
 				}
+			}
+		}
+		for _, w := range ws {
+			if w.Live && w.Records > 0 && w.Generation != victimGen {
+				survivorGen = w.Generation
 			}
 		}
 		if busy < 2 { // all on one worker: nothing to tell apart, try again
@@ -767,6 +792,12 @@ func TestKilledWorkerSlotsComeBack(t *testing.T) {
 			}
 		}
 	}()
+	var before genKeys
+	g.T("conn_keys?gen="+strconv.Itoa(victimGen), &before)
+	if before.Free == 0 || before.Held != victimRecords {
+		t.Fatalf("generation %d before the kill: %+v, want %d held records and FREE ones", victimGen,
+			before, victimRecords)
+	}
 	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -808,6 +839,18 @@ func TestKilledWorkerSlotsComeBack(t *testing.T) {
 	eventually(t, "leak metric", func() bool {
 		return g.Metric(`connlimit_leaked_total{app_id="demo-p1",cluster_id="default"}`) == float64(victimRecords)
 	})
+	// a released slot keeps its record key, FREE, for the next request of its worker; the
+	// cleanup deletes every key of the killed worker's generation
+	var sk genKeys
+	g.T("conn_keys?gen="+strconv.Itoa(survivorGen), &sk)
+	if sk.Free == 0 || sk.Held != 0 || !sk.WT || !sk.WP {
+		t.Fatalf("live generation %d after its requests ended: %+v, want FREE records only", survivorGen, sk)
+	}
+	var vk genKeys
+	eventually(t, "the killed worker's generation forgotten", func() bool {
+		g.T("conn_keys?gen="+strconv.Itoa(victimGen), &vk)
+		return vk == genKeys{}
+	}, func() { t.Logf("generation %d of the killed worker: %+v", victimGen, vk) })
 }
 
 // A change in Redis announced on ratelimit:config:update applies within a second; a deleted

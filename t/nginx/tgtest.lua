@@ -201,6 +201,25 @@ function actions.conn_workers()
     reply(conntrack.workers())
 end
 
+-- The connlimit_dict keys of generation ?gen=: slot records (t:<g>:<n>) by value, FREE (0,
+-- released) or held, and whether its wt:/wp: keys exist.
+function actions.conn_keys()
+    local g = tonumber(ngx.var.arg_gen)
+    local prefix = "t:" .. g .. ":"
+    local free, held = 0, 0
+    for _, k in ipairs(cdict:get_keys(0)) do
+        if k:sub(1, #prefix) == prefix then
+            if cdict:get(k) == 0 then
+                free = free + 1
+            else
+                held = held + 1
+            end
+        end
+    end
+    reply({ free = free, held = held, wt = cdict:get("wt:" .. g) ~= nil,
+            wp = cdict:get("wp:" .. g) ~= nil })
+end
+
 -- A backend that holds the request until /_t/conn_unhold?name= (or ?ms= passed) and records
 -- how many requests of `name` it held at once.
 function actions.conn_hold()

@@ -1,7 +1,8 @@
 -- Connection limiter (Req 17-19, DESIGN §6): requests in flight per app and per storage
 -- cluster, checked before the token bucket and released in the log phase.
--- Counters move only through connlimit_dict:incr, increment-then-check with undo, so two
--- workers can never both take the last slot. Limits: tollgate.connlimit_config; tracking
+-- In-flight counts move only by atomic increments (tollgate.counters, in the master-mapped
+-- area, or connlimit_dict:incr without it), increment-then-check with undo, so two workers can
+-- never both take the last slot. Limits: tollgate.connlimit_config; tracking
 -- records, heartbeat and leak cleanup: tollgate.connlimit_track.
 -- An app may use burst_connections beyond max_connections only while its cluster has headroom:
 -- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
@@ -16,8 +17,10 @@ local response = require("tollgate.response")
 local limits = require("tollgate.connlimit_config")
 local track = require("tollgate.connlimit_track")
 local events = require("tollgate.events")
+local counters = require("tollgate.counters")
 
 local dict = ngx.shared.connlimit_dict
+local ctr = counters.of("connlimit_dict")   -- the in-flight counts ca:<app>, cc:<cluster>
 local var = ngx.var
 local now = ngx.now
 local log = ngx.log
@@ -90,30 +93,30 @@ end
 -- Returns true, or false and `app_limit_exceeded` / `cluster_limit_exceeded`.
 function _M.acquire(a, ctx)
     local e = entry(a.id, a.cluster)
-    local v, err = dict:incr(e.akey, 1, 0)
+    local v, err = ctr:incr(e.akey, 1, 0)
     if not v then
         log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
         return true
     end
     if v > e.burst then
-        dict:incr(e.akey, -1)
+        ctr:incr(e.akey, -1)
         return reject(e, "app_limit_exceeded", e.max, e.burst)
     end
     local c
-    c, err = dict:incr(e.ckey, 1, 0)
+    c, err = ctr:incr(e.ckey, 1, 0)
     if not c then
-        dict:incr(e.akey, -1)
+        ctr:incr(e.akey, -1)
         log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
         return true
     end
     if v > e.max and c > e.headroom then
-        dict:incr(e.ckey, -1)
-        dict:incr(e.akey, -1)
+        ctr:incr(e.ckey, -1)
+        ctr:incr(e.akey, -1)
         return reject(e, "app_limit_exceeded", e.max, v - 1)
     end
     if c > e.cmax then
-        dict:incr(e.ckey, -1)
-        dict:incr(e.akey, -1)
+        ctr:incr(e.ckey, -1)
+        ctr:incr(e.akey, -1)
         return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
     end
     local tag = e.tag
@@ -123,8 +126,8 @@ function _M.acquire(a, ctx)
     end
     local n, rid = track.open(a.id, a.cluster, var.remote_addr, tag or nil)
     if not n then
-        dict:incr(e.ckey, -1)
-        dict:incr(e.akey, -1)
+        ctr:incr(e.ckey, -1)
+        ctr:incr(e.akey, -1)
         log(ERR, "tollgate: connlimit_dict: ", rid, "; request admitted without a slot")
         return true
     end
@@ -152,8 +155,8 @@ function _M.release(ctx)
     local e = ctx.tg_conn_e
     -- in the reverse order of acquire: a release in progress never makes the cluster look
     -- fuller than the apps in it, which would refuse other apps
-    local c = dict:incr(e.ckey, -1)
-    local v = dict:incr(e.akey, -1)
+    local c = ctr:incr(e.ckey, -1)
+    local v = ctr:incr(e.akey, -1)
     if (v and v < 0) or (c and c < 0) then
         log(ERR, "tollgate: connection counter of ", e.id, "/", e.cluster, " below zero")
     end
@@ -171,8 +174,8 @@ end
 
 -- A slot the cleanup force-released (its request's worker is gone).
 local function leaked(app, cluster)
-    dict:incr("cc:" .. cluster, -1)
-    dict:incr("ca:" .. app, -1)
+    ctr:incr("cc:" .. cluster, -1)
+    ctr:incr("ca:" .. app, -1)
     dict:incr("la:" .. app, 1, 0)
     dict:incr("leaked_total", 1, 0)
     metrics.inc(format('connlimit_leaked_total{app_id="%s",cluster_id="%s"}', app, cluster))
@@ -183,9 +186,9 @@ function _M.state(id, cluster)
     config.refresh()
     local e = entry(id, cluster)
     return {
-        app_current = dict:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
+        app_current = ctr:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
         app_rejected = dict:get(e.rkey) or 0, app_leaked = dict:get("la:" .. id) or 0,
-        cluster_current = dict:get(e.ckey) or 0, cluster_peak = dict:get(e.pckey) or 0,
+        cluster_current = ctr:get(e.ckey) or 0, cluster_peak = dict:get(e.pckey) or 0,
         cluster_rejected = dict:get(e.rckey) or 0,
         max = e.max, burst = e.burst, cluster_max = e.cmax, headroom = e.headroom,
     }
@@ -211,7 +214,7 @@ local function report()
     local rows = {}
     for _, id in ipairs(config.app_ids()) do
         local a = config.app(id)
-        local cur = a and dict:get("ca:" .. id)
+        local cur = a and ctr:get("ca:" .. id)
         if cur then
             rows[#rows + 1] = { keys.conn_node_stats(a.cluster, id, NODE), cur,
                                 dict:get("pa:" .. id) or 0, dict:get("ra:" .. id) or 0 }
@@ -247,7 +250,7 @@ local function gauges(g)
     local clusters = {}
     for _, id in ipairs(config.app_ids()) do
         local a = config.app(id)
-        local cur = a and dict:get("ca:" .. id)
+        local cur = a and ctr:get("ca:" .. id)
         if cur then
             local l = format('{app_id="%s",cluster_id="%s"}', id, a.cluster)
             g["connlimit_active_connections" .. l] = cur
@@ -257,7 +260,7 @@ local function gauges(g)
     end
     for c in pairs(clusters) do
         local l = format('{cluster_id="%s"}', c)
-        g["connlimit_cluster_active_connections" .. l] = dict:get("cc:" .. c) or 0
+        g["connlimit_cluster_active_connections" .. l] = ctr:get("cc:" .. c) or 0
         g["connlimit_cluster_peak_connections" .. l] = dict:get("pc:" .. c) or 0
     end
 end

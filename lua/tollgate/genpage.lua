@@ -11,63 +11,29 @@
 -- publishes again when it starts and once a second when it finds the page behind.
 --
 -- The page exists only when create() ran in the init phase (the master, before the fork);
--- otherwise page() is nil and callers read the dict. A reload runs init again in the same
--- master: create() finds its page through the address it left in the dict (shared dicts
--- survive reloads, and the master never unmaps the page), so reloads do not map a page each.
+-- otherwise page() is nil and callers read the dict. A reload finds the page again
+-- (tollgate.mastermap).
 local ffi = require("ffi")
+local mastermap = require("tollgate.mastermap")
 
-local C = ffi.C
-local cast = ffi.cast
-local tonumber = tonumber
-local format = string.format
-local match = string.match
-local random = math.random
-
-pcall(ffi.cdef, [[
-void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
-int getpid(void);
-]])
-
-local PROT_READ, PROT_WRITE = 1, 2
-local MAP_SHARED, MAP_ANONYMOUS = 0x01, 0x20    -- Linux
-local SIZE = 4096
+local SIZE = 64
 local NONE = -1         -- the page's value while the dict has no generation
-local KEY = "genpage"   -- "<master pid> <address> <cookie>" of the page, in the dict
+local KEY = "genpage"   -- where mastermap keeps the page's address, in the dict
 
 local _M = { NONE = NONE }
 
-local page      -- double[2]: [0] the mirrored generation, [1] a cookie naming this page
-
-local function map()
-    local p = C.mmap(nil, SIZE, PROT_READ + PROT_WRITE, MAP_SHARED + MAP_ANONYMOUS, -1, 0)
-    if cast("intptr_t", p) == -1 then
-        return nil, "mmap: " .. ffi.errno()
-    end
-    return cast("double *", p)
-end
+local page      -- double[1]: the mirrored generation
 
 --- Map the page (init phase, master). dict: config_dict. Returns the page or nil, err (callers
 -- then go on without it).
 function _M.create(dict)
-    local pid = C.getpid()
-    local spid, saddr, scookie = match(dict:get(KEY) or "", "^(%d+) (%d+) (%d+)$")
-    if tonumber(spid) == pid then
-        local p = cast("double *", cast("uintptr_t", tonumber(saddr)))
-        if p[1] == tonumber(scookie) then
-            page = p
-            return page
-        end
-    end
-    local p, err = map()
+    local p, found = mastermap.map(dict, KEY, SIZE)
     if not p then
-        return nil, err
+        return nil, found       -- the error
     end
-    p[0] = NONE
-    p[1] = random(1, 2 ^ 31)
-    local ok, serr = dict:safe_set(KEY, format("%d %.0f %.0f", pid,
-        tonumber(cast("uintptr_t", p)), p[1]))
-    if not ok then
-        return nil, "config_dict: " .. serr
+    p = ffi.cast("double *", p)
+    if not found then
+        p[0] = NONE
     end
     page = p
     return page

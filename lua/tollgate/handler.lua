@@ -14,6 +14,7 @@ local metrics = require("tollgate.metrics")
 local response = require("tollgate.response")
 local numvar = require("tollgate.numvar")
 local shm = require("tollgate.shm")
+local counters = require("tollgate.counters")
 local l3 = require("tollgate.l3_bucket")
 local sync = require("tollgate.sync")
 local watch = require("tollgate.watch")
@@ -65,6 +66,12 @@ function _M.init(opts)
     if gerr then
         ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
             "); every request reads it from config_dict")
+    end
+    -- the hot path's counters, in an area mapped before the workers fork (atomic adds)
+    local cok, aerr = counters.create()
+    if not cok then
+        ngx.log(ngx.WARN, "tollgate: no shared counter area (", aerr,
+            "); leases and connection counts live in their shared dicts")
     end
     connlimit.configure(opts)
     local set, err = scripts.load(S.scripts_dir)
@@ -400,10 +407,10 @@ end
 function _M.metrics()
     metrics.flush()
     local gauges = {}
-    local dict = shm.dict
+    local dict, ctr = shm.dict, shm.ctr
     for _, id in ipairs(config.app_ids()) do
         local k = shm.keys(id)
-        local t = dict:get(k.tokens)
+        local t = ctr:get(k.tokens)
         if t then
             gauges['ratelimit_l3_tokens{app_id="' .. id .. '"}'] = t
             gauges['ratelimit_l3_debt{app_id="' .. id .. '"}'] = dict:get(k.debt) or 0

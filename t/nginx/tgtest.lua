@@ -7,6 +7,7 @@ local cost = require("tollgate.cost")
 local handler = require("tollgate.handler")
 
 local dict = shm.dict
+local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local _M = {}
 
 local function reply(t)
@@ -32,7 +33,7 @@ function actions.state()
     local k = shm.keys(id)
     local pc, pn = shm.peek_pending(k)
     reply({
-        tokens = dict:get(k.tokens) or 0,
+        tokens = ctr:get(k.tokens) or 0,
         pending_cost = pc,
         pending_count = pn,
         debt = dict:get(k.debt) or 0,
@@ -44,12 +45,27 @@ function actions.state()
     })
 end
 
+-- where the hot path's counters of an app live: the shared area (shared = true), and which of
+-- them have a key in their shared dict (none should while the area exists)
+function actions.counters()
+    local id = ngx.var.arg_app
+    local k = shm.keys(id)
+    local a = config.app(id)
+    reply({
+        shared = require("tollgate.counters").shared(),
+        tokens_in_dict = dict:get(k.tokens) ~= nil,
+        pending_in_dict = dict:get(k.pending) ~= nil,
+        inflight_in_dict = ngx.shared.connlimit_dict:get("ca:" .. id) ~= nil,
+        cluster_inflight_in_dict = a and ngx.shared.connlimit_dict:get("cc:" .. a.cluster) ~= nil,
+    })
+end
+
 -- set the lease of an app and clear its local accounting
 function actions.set()
     local a = app_arg()
     local k = shm.keys(a.id)
-    dict:set(k.tokens, tonumber(ngx.var.arg_tokens) or 0)
-    dict:set(k.pending, 0)
+    ctr:set(k.tokens, tonumber(ngx.var.arg_tokens) or 0)
+    ctr:set(k.pending, 0)
     dict:set(k.pending_cost, 0)
     dict:set(k.pending_count, 0)
     dict:set(k.debt, 0)

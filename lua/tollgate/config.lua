@@ -71,6 +71,7 @@ function _M.settings(opts)
         reservation_timeout = opts.reservation_timeout
             or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
         jit_tune = opts.jit_tune or getenv("TOLLGATE_JIT_TUNE") or "on",
+        shared_counters = opts.shared_counters or getenv("TOLLGATE_SHARED_COUNTERS") or "on",
         events_per_sec = opts.events_per_sec or num_env("TOLLGATE_EVENTS_PER_SEC", 20),
     }
     local tp = opts.trusted_proxies or getenv("TOLLGATE_TRUSTED_PROXIES")
@@ -93,6 +94,10 @@ function _M.settings(opts)
     end
     if s.jit_tune ~= "on" and s.jit_tune ~= "off" then
         error("TOLLGATE_JIT_TUNE must be 'on' or 'off', got '" .. s.jit_tune .. "'", 0)
+    end
+    if s.shared_counters ~= "on" and s.shared_counters ~= "off" then
+        error("TOLLGATE_SHARED_COUNTERS must be 'on' or 'off', got '" .. s.shared_counters .. "'",
+            0)
     end
     local ri = s.report_interval
     if type(ri) ~= "number" or ri < 0.1 or ri > 15 then

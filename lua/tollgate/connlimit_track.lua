@@ -28,7 +28,23 @@
 -- A killed worker never releases its slots and stops refreshing them: after the timeout the
 -- next cleanup run claims each record (dict:add of its x: key, so an owner that resumes late can
 -- never release the same slot a second time) and gives the slot back.
+--
+-- Records in the area. With the counter area (tollgate.counters) the master also maps a table
+-- of REGIONS x SLOTS compact records; a generation claims a free region when it starts (in the
+-- never-evicting tollgate_counters dict, which also maps generation -> region) and keeps its
+-- compact records of slots 1..SLOTS there, as three numbers per slot: stamp (0: released),
+-- tag, last_seen (a double; 0 until a heartbeat, and then the creation time in the stamp
+-- counts). A request then costs one atomic store and a compare-and-swap instead of two dict
+-- writes. The stamp is the authority: the owner releases its request with CAS(stamp -> 0), the
+-- cleanup force-releases a stale one with the same CAS, and whoever swaps first gave the slot
+-- back (the other learns it lost), so no claim key is needed to decide; the cleanup still
+-- writes x:<t:key>@<stamp> = "leaked" for inspect(). The heartbeat refreshes last_seen in the
+-- slot and stores the client IP once under ti:<g>:<n> (read by the leak log). A region is
+-- given back when its generation's process is gone and the region holds no record. Without the
+-- area, without a free region, or for slots beyond SLOTS, records are dict records as above.
 local keys = require("tollgate.keys")
+local counters = require("tollgate.counters")
+local mastermap = require("tollgate.mastermap")
 local ffi = require("ffi")
 
 pcall(ffi.cdef, "int kill(int pid, int sig);")
@@ -48,6 +64,10 @@ local floor = math.floor
 local _M = {}
 
 local FREE = 0          -- value of a released slot's record (a stamp is never 0)
+local REGIONS, SLOTS = 64, 1024
+local STRIDE = 4        -- int64s per slot in the area: stamp, tag, last_seen (double), unused
+local area, area_d      -- the record table as int64_t * and as double *; nil without one
+local region            -- this generation's region, nil: its records are dict records
 local T, H, BATCH, CLAIM_TTL, LIVE_TTL
 local on_leak            -- function(app, cluster): give a force-released slot back
 local G, prefix, pid
@@ -55,10 +75,54 @@ local seq = 0
 -- this worker's slots, indexed by slot number
 local l_rid, l_key, l_app, l_cluster, l_ip, l_created, l_seen, l_lost = {}, {}, {}, {}, {}, {},
     {}, {}
+local l_at, l_info = {}, {}     -- area index of the slot's record (false: a dict record); its
+                                -- ti: key when the IP was stored
 local free, nfree, top = {}, 0, 0
 -- cleanup cursor (per worker: whichever worker runs the cleanup keeps its own); cur_live:
--- generation cur_g's process might still run when the scan entered it
-local cur_g, cur_n, cur_found, cur_live = 1, 0, 0, true
+-- generation cur_g's process might still run when the scan entered it; cur_r: its region
+local cur_g, cur_n, cur_found, cur_live, cur_r = 1, 0, 0, true, nil
+
+--- Map the record table (init phase, after counters.create). Returns true, or nil, err (the
+-- records are then dict records).
+function _M.map()
+    if not counters.shared() then
+        return nil, "no counter area"
+    end
+    -- its address in the registry, like the region claims: a dict that may evict could lose
+    -- it, and a reload would then map a blank table under regions that hold requests
+    local reg, pfx = counters.registry()
+    local p, found = mastermap.map(reg, pfx .. "#tracks", REGIONS * SLOTS * STRIDE * 8)
+    if not p then
+        return nil, found
+    end
+    area = ffi.cast("int64_t *", p)
+    area_d = ffi.cast("double *", p)
+    return true
+end
+
+-- names in the registry dict: the claim of region r, the region of generation g
+local function region_key(r)
+    local _, pfx = counters.registry()
+    return pfx .. "trk:rg:" .. r
+end
+
+local function region_of(g)
+    if not area then
+        return nil
+    end
+    local reg, pfx = counters.registry()
+    return reg:get(pfx .. "trk:wr:" .. g)
+end
+_M.region_of = region_of
+
+-- index in the area of slot n (1..SLOTS) of region r
+local function at(r, n)
+    return (r * SLOTS + n - 1) * STRIDE
+end
+
+local function info_key(g, n)
+    return "ti:" .. g .. ":" .. n
+end
 
 --- Start this worker's generation. s: timeout, heartbeat, cleanup_interval, cleanup_batch.
 function _M.init(s, leak_fn)
@@ -72,6 +136,24 @@ function _M.init(s, leak_fn)
     dict:set("wl:" .. G, pid, LIVE_TTL)
     dict:set("wp:" .. G, pid)
     dict:set("wt:" .. G, 0)
+    region = nil
+    if area then
+        local reg, pfx = counters.registry()
+        for r = 0, REGIONS - 1 do
+            if reg:safe_add(region_key(r), G) then
+                if reg:safe_set(pfx .. "trk:wr:" .. G, r) then
+                    region = r
+                else
+                    reg:delete(region_key(r))     -- the cleanup could not find it: don't use it
+                end
+                break
+            end
+        end
+        if not region then
+            log(WARN, "tollgate: connlimit: no free region of tracking records; generation ", G,
+                " keeps its records in connlimit_dict")
+        end
+    end
 end
 
 -- Might generation g's process still run? (Its liveness key, else its pid: a generation
@@ -183,6 +265,15 @@ function _M.open(app, cluster, ip, tag)
         top = n
         dict:set("wt:" .. G, top)
     end
+    if tag and region and n <= SLOTS then
+        local i = at(region, n)
+        l_at[n] = i
+        area[i + 1] = tag
+        area_d[i + 2] = 0                           -- not seen since its creation
+        counters.store(area + i, stamp(t, rid))     -- publishes tag and last_seen with it
+        return n, rid
+    end
+    l_at[n] = false
     local ok, err
     if tag then
         ok, err = dict:safe_set(key, stamp(t, rid), 0, tag)
@@ -204,13 +295,23 @@ function _M.close(n, rid)
         return nil
     end
     local won = true
-    if l_lost[n] or now() - l_seen[n] >= T / 2 then
-        -- not refreshed for a while: the cleanup may be claiming it right now
-        local ok, err = dict:add(claim_key(l_key[n], stamp(l_created[n], rid)), "released",
-            CLAIM_TTL)
-        won = ok or err ~= "exists"
+    local i = l_at[n]
+    if i then
+        -- the stamp decides between this release and a force-release by the cleanup
+        won = counters.cas(area + i, stamp(l_created[n], rid), FREE)
+        if l_info[n] then
+            dict:delete(l_info[n])
+            l_info[n] = nil
+        end
+    else
+        if l_lost[n] or now() - l_seen[n] >= T / 2 then
+            -- not refreshed for a while: the cleanup may be claiming it right now
+            local ok, err = dict:add(claim_key(l_key[n], stamp(l_created[n], rid)), "released",
+                CLAIM_TTL)
+            won = ok or err ~= "exists"
+        end
+        dict:set(l_key[n], FREE)
     end
-    dict:set(l_key[n], FREE)
     local held = now() - l_created[n]
     free_slot(n)
     return won, held
@@ -222,7 +323,20 @@ function _M.heartbeat()
     dict:set("wl:" .. G, pid, LIVE_TTL)
     dict:set("wt:" .. G, top)
     for n = 1, top do
-        if l_rid[n] and not l_lost[n] then
+        local i = l_at[n]
+        if l_rid[n] and not l_lost[n] and i then
+            area_d[i + 2] = t
+            -- after the refresh: a record the cleanup swapped away meanwhile is lost
+            if tonumber(area[i]) == stamp(l_created[n], l_rid[n]) then
+                l_seen[n] = t
+                if not l_info[n] then
+                    l_info[n] = info_key(G, n)
+                    dict:safe_set(l_info[n], l_ip[n])
+                end
+            else
+                l_lost[n] = true
+            end
+        elseif l_rid[n] and not l_lost[n] then
             local ok, err = dict:replace(l_key[n], record(n, t))
             if ok then
                 l_seen[n] = t
@@ -266,6 +380,34 @@ local function reclaim(key, rec, t, tag)
     return 1
 end
 
+-- Force-release the area record at index i if stale (Property 18). Returns 1 if this call did.
+local function reclaim_area(key, i, st, t, ikey)
+    local seen = area_d[i + 2]
+    if seen == 0 then
+        seen = stamp_time(st)
+    end
+    if t - seen <= T then
+        return 0
+    end
+    local app, cluster = untag(tonumber(area[i + 1]))
+    -- the swap decides: the owner's release swaps the same stamp
+    if not counters.cas(area + i, st, FREE) then
+        return 0
+    end
+    if not app then
+        log(ERR, "tollgate: connlimit: dropping record ", key, " of an unknown tag")
+        return 0
+    end
+    on_leak(app, cluster)
+    dict:add(claim_key(key, st), "leaked", CLAIM_TTL)
+    local ip = dict:get(ikey) or "-"
+    dict:delete(ikey)
+    log(WARN, "tollgate: connlimit: force-released leaked connection ", key, "@",
+        format("%.0f", st), " app=", app, " cluster=", cluster, " client=", ip,
+        format(" idle=%.1fs", t - seen))
+    return 1
+end
+
 --- One cleanup run: look at up to `budget` slots (default: the cleanup batch), continuing
 -- where the last run stopped. Returns the number of slots force-released and looked at.
 function _M.cleanup(budget)
@@ -287,10 +429,22 @@ function _M.cleanup(budget)
         if top_g and cur_n < top_g then
             if cur_n == 0 then
                 cur_live = running(cur_g)
+                cur_r = region_of(cur_g)
             end
             cur_n = cur_n + 1
             local key = "t:" .. cur_g .. ":" .. cur_n
-            local rec, tag = dict:get(key)
+            local i = cur_r and cur_n <= SLOTS and at(cur_r, cur_n)
+            local st = i and tonumber(area[i]) or FREE
+            if st ~= FREE then
+                cur_found = cur_found + 1
+                leaked = leaked + reclaim_area(key, i, st, t, info_key(cur_g, cur_n))
+            elseif i and not cur_live then
+                dict:delete(info_key(cur_g, cur_n))     -- left by a worker killed in close()
+            end
+            local rec, tag
+            if st == FREE then
+                rec, tag = dict:get(key)
+            end
             if rec == FREE then
                 if not cur_live then
                     dict:delete(key)            -- nobody reuses the slots of a gone generation
@@ -304,8 +458,18 @@ function _M.cleanup(budget)
             -- it, so the pass deleted its FREE records): nothing left to scan
             if top_g and cur_found == 0 and (cur_n == 0 or not cur_live)
                     and not dict:get("wl:" .. cur_g) then
-                dict:delete("wt:" .. cur_g)
-                dict:delete("wp:" .. cur_g)
+                -- a region is given back only once its process is gone: a stalled worker
+                -- that resumes writes to it without looking
+                local r = region_of(cur_g)
+                if r == nil or not running(cur_g) then
+                    if r then
+                        local reg, pfx = counters.registry()
+                        reg:delete(pfx .. "trk:wr:" .. cur_g)
+                        reg:delete(region_key(r))
+                    end
+                    dict:delete("wt:" .. cur_g)
+                    dict:delete("wp:" .. cur_g)
+                end
             end
             cur_g, cur_n, cur_found = cur_g + 1, 0, 0
         end
@@ -324,7 +488,17 @@ function _M.abandon(n, rid, age, stalled)
     -- created_at stays: with last_seen, the record's claim key (slot and creation time) would
     -- move, and two requests backdated alike in one slot would share it
     local seen = now() - age
-    if not dict:replace(l_key[n], record(n, seen)) then
+    local i = l_at[n]
+    if i then
+        -- as a heartbeat `age` seconds ago: last_seen and the client IP in place
+        if tonumber(area[i]) ~= stamp(l_created[n], rid) then
+            l_lost[n] = true
+            return false
+        end
+        area_d[i + 2] = seen
+        l_info[n] = l_info[n] or info_key(G, n)
+        dict:safe_set(l_info[n], l_ip[n])
+    elseif not dict:replace(l_key[n], record(n, seen)) then
         l_lost[n] = true        -- the cleanup already took it: as the heartbeat would find
         return false
     end
@@ -344,12 +518,23 @@ function _M.orphan(n, rid, age)
     if not n or l_rid[n] ~= rid then
         return false
     end
-    local rec, tag = dict:get(l_key[n])
-    if type(rec) ~= "number" or rec == FREE then
+    local i = l_at[n]
+    local rec, tag
+    if i then
+        rec = tonumber(area[i])
+    else
+        rec, tag = dict:get(l_key[n])
+    end
+    if type(rec) ~= "number" or rec == FREE or (i and l_info[n]) then
         return false
     end
     local st = rec - floor(age * 1000 + 0.5) * STAMP_IDS
-    if not dict:replace(l_key[n], st, 0, tag) then
+    if i then
+        area_d[i + 2] = 0
+        if not counters.cas(area + i, rec, st) then
+            return false
+        end
+    elseif not dict:replace(l_key[n], st, 0, tag) then
         return false
     end
     l_rid[n], l_created[n] = nil, stamp_time(st)
@@ -365,7 +550,13 @@ end
 -- table, with its status.
 function _M.inspect(n, rid, claim)
     local key = l_key[n] or (prefix .. n)
-    local rec, tag = dict:get(key)
+    local i = l_at[n]
+    local rec, tag, seen
+    if i then
+        rec, tag, seen = tonumber(area[i]), tonumber(area[i + 1]), area_d[i + 2]
+    else
+        rec, tag = dict:get(key)
+    end
     if rec == FREE then
         rec = nil
     end
@@ -377,14 +568,18 @@ function _M.inspect(n, rid, claim)
         if (mine or l_rid[n] == nil) and l_created[n] and rec == stamp(l_created[n], rid) then
             local app, cluster = untag(tag)
             local created = stamp_time(rec)
-            r = { id = full_id, app = app, cluster = cluster, client_ip = mine and l_ip[n] or "-",
-                  created_at = created, last_seen = created }
+            local ip = mine and l_ip[n] or (l_info[n] and dict:get(l_info[n])) or "-"
+            if not seen or seen == 0 then
+                seen = created
+            end
+            r = { id = full_id, app = app, cluster = cluster, client_ip = ip,
+                  created_at = created, last_seen = seen }
         end
     elseif rec then
-        local id, seen, created, app, cluster, ip = parse(rec)
+        local id, fseen, created, app, cluster, ip = parse(rec)
         if id == full_id then
             r = { id = id, app = app, cluster = cluster, client_ip = ip,
-                  created_at = tonumber(created), last_seen = tonumber(seen) }
+                  created_at = tonumber(created), last_seen = tonumber(fseen) }
         end
     end
     local status = claim and dict:get(claim)
@@ -395,19 +590,33 @@ function _M.inspect(n, rid, claim)
     return r
 end
 
+--- Slots 1..top_g of generation g: records held, records released (FREE), in the area or in
+-- the dict.
+function _M.slots(g, top_g)
+    local r = region_of(g)
+    local held, released = 0, 0
+    for n = 1, top_g or 0 do
+        local in_area = r and n <= SLOTS
+        local rec = in_area and tonumber(area[at(r, n)]) or FREE
+        if rec == FREE then
+            rec = dict:get("t:" .. g .. ":" .. n) or (in_area and FREE or nil)
+        end
+        if rec == FREE then
+            released = released + 1
+        elseif rec then
+            held = held + 1
+        end
+    end
+    return held, released
+end
+
 --- Generations known to the dict: pid, liveness, slot range and records held.
 function _M.workers()
     local out = {}
     for g = 1, dict:get("wseq") or 0 do
         local top_g = dict:get("wt:" .. g)
         if top_g then
-            local records = 0
-            for n = 1, top_g do
-                local rec = dict:get("t:" .. g .. ":" .. n)
-                if rec and rec ~= FREE then
-                    records = records + 1
-                end
-            end
+            local records = _M.slots(g, top_g)
             local live = dict:get("wl:" .. g)
             out[#out + 1] = { generation = g, pid = live or 0, live = live ~= nil, top = top_g,
                               records = records, self = g == G }

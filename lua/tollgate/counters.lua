@@ -27,6 +27,8 @@ local WARN = ngx.WARN
 pcall(ffi.cdef, [[
 int64_t __atomic_fetch_add_8(volatile void *ptr, int64_t val, int memorder);
 void __atomic_store_8(volatile void *ptr, int64_t val, int memorder);
+bool __atomic_compare_exchange_8(volatile void *ptr, void *expected, int64_t desired, bool weak,
+                                 int success_memorder, int failure_memorder);
 ]])
 local SEQ_CST = 5
 
@@ -37,7 +39,8 @@ local REGISTRY = "tollgate_counters"    -- the shared dict naming the slots
 local KEY = "#area"                     -- where mastermap keeps the area's address
 
 local area          -- int64_t[CAPACITY], nil without one
-local fadd, fstore
+local fadd, fstore, fcas
+local expected = ffi.new("int64_t[1]")
 local reg           -- the registry dict
 local prefix        -- "<cookie>:" (registry names of this area)
 local seq_key
@@ -62,6 +65,7 @@ function _M.create()
     end
     _M.libatomic = l     -- kept: a collected clib unloads its library
     fadd, fstore = l.__atomic_fetch_add_8, l.__atomic_store_8
+    fcas = l.__atomic_compare_exchange_8
     area = ffi.cast("int64_t *", p)
     prefix = cookie .. ":"
     seq_key = cookie .. "#n"
@@ -159,9 +163,27 @@ function _M.of(name)
     return s
 end
 
---- Whether the counters live in the shared area (false: in their dicts).
+--- Whether the counters live in the shared area (false: in their dicts). The primitives
+-- below exist only then.
 function _M.shared()
     return area ~= nil
+end
+
+--- The registry dict and the prefix of this area's names in it (for other users of the area's
+-- lifetime, e.g. claims of regions of other master-mapped memory).
+function _M.registry()
+    return reg, prefix
+end
+
+--- Atomic store of integer v at p (int64_t * into memory processes share).
+function _M.store(p, v)
+    fstore(p, v, SEQ_CST)
+end
+
+--- Compare-and-swap at p: true when it held `old` and now holds `new`.
+function _M.cas(p, old, new)
+    expected[0] = old
+    return fcas(p, expected, new, false, SEQ_CST, SEQ_CST)
 end
 
 return _M

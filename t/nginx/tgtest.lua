@@ -217,23 +217,21 @@ function actions.conn_workers()
     reply(conntrack.workers())
 end
 
--- The connlimit_dict keys of generation ?gen=: slot records (t:<g>:<n>) by value, FREE (0,
--- released) or held, and whether its wt:/wp: keys exist.
+-- The records of generation ?gen=: its slots' records (in the area or as t:<g>:<n> dict keys)
+-- by value, FREE (released) or held; whether its wt:/wp: keys exist; whether it has a region
+-- of the area; and how many t: / ti: dict keys it has.
 function actions.conn_keys()
     local g = tonumber(ngx.var.arg_gen)
-    local prefix = "t:" .. g .. ":"
-    local free, held = 0, 0
+    local held, free = conntrack.slots(g, cdict:get("wt:" .. g))
+    local tkeys, prefix, iprefix = 0, "t:" .. g .. ":", "ti:" .. g .. ":"
     for _, k in ipairs(cdict:get_keys(0)) do
-        if k:sub(1, #prefix) == prefix then
-            if cdict:get(k) == 0 then
-                free = free + 1
-            else
-                held = held + 1
-            end
+        if k:sub(1, #prefix) == prefix or k:sub(1, #iprefix) == iprefix then
+            tkeys = tkeys + 1
         end
     end
     reply({ free = free, held = held, wt = cdict:get("wt:" .. g) ~= nil,
-            wp = cdict:get("wp:" .. g) ~= nil })
+            wp = cdict:get("wp:" .. g) ~= nil, region = conntrack.region_of(g) ~= nil,
+            dict_keys = tkeys })
 end
 
 -- A backend that holds the request until /_t/conn_unhold?name= (or ?ms= passed) and records

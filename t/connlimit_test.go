@@ -717,7 +717,7 @@ func TestCompactRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
 }
 
 // forCounterModes runs f with the hot path's counters and compact tracking records in the
-// memory the master maps (TOLLGATE_SHARED_COUNTERS=on, the default) and in the shared dicts.
+// memory the master maps (TOLLGATE_SHARED_COUNTERS=on) and in the shared dicts (off, the default).
 func forCounterModes(t *testing.T, f func(t *testing.T, mode string)) {
 	for _, mode := range []string{"on", "off"} {
 		t.Run("shared_counters="+mode, func(t *testing.T) { f(t, mode) })

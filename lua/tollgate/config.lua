@@ -71,7 +71,8 @@ function _M.settings(opts)
         reservation_timeout = opts.reservation_timeout
             or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
         jit_tune = opts.jit_tune or getenv("TOLLGATE_JIT_TUNE") or "on",
-        shared_counters = opts.shared_counters or getenv("TOLLGATE_SHARED_COUNTERS") or "on",
+        -- off: DESIGN keeps L3 and the connection limiter in shared dicts (tollgate.counters)
+        shared_counters = opts.shared_counters or getenv("TOLLGATE_SHARED_COUNTERS") or "off",
         events_per_sec = opts.events_per_sec or num_env("TOLLGATE_EVENTS_PER_SEC", 20),
     }
     local tp = opts.trusted_proxies or getenv("TOLLGATE_TRUSTED_PROXIES")

@@ -10,7 +10,9 @@
 -- (safe_add), so a name keeps its slot for the master's life, across reloads. Without the area
 -- (no init phase, no libatomic, the dict missing, mmap failing) and for keys that no longer
 -- fit (the area or the registry full: permanent, so every worker agrees), a store is the
--- shared dict it was made for: same results, the dict's cost.
+-- shared dict it was made for: same results, the dict's cost. The area is opt-in
+-- (TOLLGATE_SHARED_COUNTERS=on): DESIGN §1 and §6 keep these counters in shared dicts, and the
+-- default follows it.
 --
 -- Values are integers (|v| < 2^53 to stay exact as Lua numbers); a counter nobody wrote reads
 -- nil, as a missing dict key. Aligned 8-byte loads and stores are atomic on x86-64 and arm64,

@@ -67,22 +67,19 @@ function _M.init(opts)
         ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
             "); every request reads it from config_dict")
     end
-    -- the hot path's counters, in an area mapped before the workers fork (atomic adds)
-    local cok, aerr
     if S.shared_counters == "on" then
-        cok, aerr = counters.create()
-    else
-        aerr = "TOLLGATE_SHARED_COUNTERS=off"
-    end
-    if not cok then
-        ngx.log(ngx.WARN, "tollgate: no shared counter area (", aerr,
-            "); leases and connection counts live in their shared dicts")
-    else
-        -- and the table of the connection limiter's compact tracking records
-        local tok, terr = require("tollgate.connlimit_track").map()
-        if not tok then
-            ngx.log(ngx.WARN, "tollgate: no area for tracking records (", terr,
-                "); they live in connlimit_dict")
+        -- the hot path's counters and the connection limiter's compact tracking records in
+        -- memory mapped before the workers fork (atomic adds and compare-and-swaps)
+        local ok, err = counters.create()
+        if not ok then
+            ngx.log(ngx.WARN, "tollgate: no shared counter area (", err,
+                "); leases and connection counts live in their shared dicts")
+        else
+            ok, err = require("tollgate.connlimit_track").map()
+            if not ok then
+                ngx.log(ngx.WARN, "tollgate: no area for tracking records (", err,
+                    "); they live in connlimit_dict")
+            end
         end
     end
     connlimit.configure(opts)

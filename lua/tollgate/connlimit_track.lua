@@ -30,8 +30,8 @@
 -- never release the same slot a second time) and gives the slot back.
 --
 -- Records in the area. With the counter area (tollgate.counters) the master also maps a table
--- of REGIONS x SLOTS compact records; a generation claims a free region when it starts (in the
--- never-evicting tollgate_counters dict, which also maps generation -> region) and keeps its
+-- of REGIONS x SLOTS compact records behind REGIONS owner words; a generation claims a free
+-- region when it starts (CAS of its owner word from 0 to the generation) and keeps its
 -- compact records of slots 1..SLOTS there, as three numbers per slot: stamp (0: released),
 -- tag, last_seen (a double; 0 until a heartbeat, and then the creation time in the stamp
 -- counts). A request then costs one atomic store and a compare-and-swap instead of two dict
@@ -66,6 +66,7 @@ local _M = {}
 local FREE = 0          -- value of a released slot's record (a stamp is never 0)
 local REGIONS, SLOTS = 64, 1024
 local STRIDE = 4        -- int64s per slot in the area: stamp, tag, last_seen (double), unused
+local owners            -- int64_t[REGIONS]: the generation owning each region, 0: free
 local area, area_d      -- the record table as int64_t * and as double *; nil without one
 local region            -- this generation's region, nil: its records are dict records
 local T, H, BATCH, CLAIM_TTL, LIVE_TTL
@@ -91,27 +92,27 @@ function _M.map()
     -- its address in the registry, like the region claims: a dict that may evict could lose
     -- it, and a reload would then map a blank table under regions that hold requests
     local reg, pfx = counters.registry()
-    local p, found = mastermap.map(reg, pfx .. "#tracks", REGIONS * SLOTS * STRIDE * 8)
+    local p, found = mastermap.map(reg, pfx .. "#tracks", (REGIONS + REGIONS * SLOTS * STRIDE) * 8)
     if not p then
         return nil, found
     end
-    area = ffi.cast("int64_t *", p)
-    area_d = ffi.cast("double *", p)
+    owners = ffi.cast("int64_t *", p)
+    area = owners + REGIONS
+    area_d = ffi.cast("double *", area)
     return true
 end
 
--- names in the registry dict: the claim of region r, the region of generation g
-local function region_key(r)
-    local _, pfx = counters.registry()
-    return pfx .. "trk:rg:" .. r
-end
-
+-- The region generation g owns, nil for none.
 local function region_of(g)
     if not area then
         return nil
     end
-    local reg, pfx = counters.registry()
-    return reg:get(pfx .. "trk:wr:" .. g)
+    for r = 0, REGIONS - 1 do
+        if tonumber(owners[r]) == g then
+            return r
+        end
+    end
+    return nil
 end
 _M.region_of = region_of
 
@@ -138,14 +139,9 @@ function _M.init(s, leak_fn)
     dict:set("wt:" .. G, 0)
     region = nil
     if area then
-        local reg, pfx = counters.registry()
         for r = 0, REGIONS - 1 do
-            if reg:safe_add(region_key(r), G) then
-                if reg:safe_set(pfx .. "trk:wr:" .. G, r) then
-                    region = r
-                else
-                    reg:delete(region_key(r))     -- the cleanup could not find it: don't use it
-                end
+            if counters.cas(owners + r, 0, G) then
+                region = r
                 break
             end
         end
@@ -463,9 +459,7 @@ function _M.cleanup(budget)
                 local r = region_of(cur_g)
                 if r == nil or not running(cur_g) then
                     if r then
-                        local reg, pfx = counters.registry()
-                        reg:delete(pfx .. "trk:wr:" .. cur_g)
-                        reg:delete(region_key(r))
+                        counters.cas(owners + r, cur_g, 0)
                     end
                     dict:delete("wt:" .. cur_g)
                     dict:delete("wp:" .. cur_g)

@@ -6,8 +6,9 @@
 --
 -- A store has the get / incr / set of ngx.shared.DICT for the keys it is used for (every access
 -- to such a key must go through the store). Where a key's counter lives is written once in
--- the `tollgate_counters` dict (name -> slot), which nothing else writes and which never evicts
--- (safe_add), so a name keeps its slot for the master's life, across reloads. Without the area
+-- the `tollgate_counters` dict (name -> slot; besides, only the addresses of the memory the
+-- master maps), which never evicts (safe_add, nothing deleted), so a name keeps its slot for
+-- the master's life, across reloads. Without the area
 -- (no init phase, no libatomic, the dict missing, mmap failing) and for keys that no longer
 -- fit (the area or the registry full: permanent, so every worker agrees), a store is the
 -- shared dict it was made for: same results, the dict's cost. The area is opt-in

@@ -17,6 +17,7 @@ import (
 
 var (
 	cpBuild    sync.Once
+	cpDir      string // where the build went (RemoveBuilds deletes it)
 	cpBin      string
 	cpBuildErr error
 )
@@ -57,6 +58,7 @@ func controlPlaneBinary(t testing.TB) string {
 			cpBuildErr = err
 			return
 		}
+		cpDir = dir
 		cpBin = filepath.Join(dir, "tollgate-controlplane")
 		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 		cmd := exec.Command(goBin, "build", "-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
@@ -70,6 +72,14 @@ func controlPlaneBinary(t testing.TB) string {
 		t.Fatalf("harness: build control plane: %v\n%s", cpBuildErr, cpBin)
 	}
 	return cpBin
+}
+
+// RemoveBuilds deletes what the harness built for this test binary (the control plane's
+// executable, ~14 MB in the temp directory); TestMain calls it after the tests ran.
+func RemoveBuilds() {
+	if cpDir != "" {
+		os.RemoveAll(cpDir)
+	}
 }
 
 // StartControlPlane starts the control plane on redisURL (any TOLLGATE_REDIS_URL form) and

@@ -94,15 +94,13 @@ local function slot(self, key, alloc)
         local n = reg:incr(seq_key, 1, 0)
         local ok, err = reg:safe_add(name, n and n <= _M.CAPACITY and n - 1 or false)
         if not ok and err ~= "exists" then
-            -- the registry is full: it stays full (nothing is ever deleted from it), so this
-            -- key lives in the dict for every worker from now on
-            ok, err = reg:safe_add(name, false)
-            if not ok and err ~= "exists" then
-                log(WARN, "tollgate: ", REGISTRY, " full, ", key, " counted in the dict")
-                return false
-            end
+            -- the registry is full and stays full (nothing is ever deleted from it): this key
+            -- lives in the dict, for every worker, from now on
+            log(WARN, "tollgate: ", REGISTRY, " full, ", key, " counted in the dict")
+            i = false
+        else
+            i = reg:get(name)
         end
-        i = reg:get(name)
     end
     if self.n >= 100000 then
         self.slots, self.n = {}, 0
@@ -172,8 +170,8 @@ function _M.shared()
     return area ~= nil
 end
 
---- The registry dict and the prefix of this area's names in it (for other users of the area's
--- lifetime, e.g. claims of regions of other master-mapped memory).
+--- The registry dict and the prefix of this area's names in it (where other memory the master
+-- maps with the counters keeps its address: tollgate.connlimit_track's record table).
 function _M.registry()
     return reg, prefix
 end

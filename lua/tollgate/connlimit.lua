@@ -1,9 +1,10 @@
 -- Connection limiter (Req 17-19, DESIGN §6): requests in flight per app and per storage
 -- cluster, checked before the token bucket and released in the log phase.
--- In-flight counts move only by atomic increments (tollgate.counters, in the master-mapped
--- area, or connlimit_dict:incr without it), increment-then-check with undo, so two workers can
--- never both take the last slot. Limits: tollgate.connlimit_config; tracking
--- records, heartbeat and leak cleanup: tollgate.connlimit_track.
+-- In-flight counts move only by atomic increments (tollgate.counters: connlimit_dict:incr, or
+-- with TOLLGATE_SHARED_COUNTERS=on an atomic add in the master-mapped area),
+-- increment-then-check with undo, so two workers can never both take the last slot. Limits:
+-- tollgate.connlimit_config; tracking records, heartbeat and leak cleanup:
+-- tollgate.connlimit_track.
 -- An app may use burst_connections beyond max_connections only while its cluster has headroom:
 -- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
 -- connlimit_dict counters: ca:<app> / cc:<cluster> in flight, pa: / pc: peaks (pa:<app>:<n>

@@ -29,19 +29,19 @@
 -- next cleanup run claims each record (dict:add of its x: key, so an owner that resumes late can
 -- never release the same slot a second time) and gives the slot back.
 --
--- Records in the area. With the counter area (tollgate.counters) the master also maps a table
--- of REGIONS x SLOTS compact records behind REGIONS owner words; a generation claims a free
--- region when it starts (CAS of its owner word from 0 to the generation) and keeps its
--- compact records of slots 1..SLOTS there, as three numbers per slot: stamp (0: released),
--- tag, last_seen (a double; 0 until a heartbeat, and then the creation time in the stamp
--- counts). A request then costs one atomic store and a compare-and-swap instead of two dict
--- writes. The stamp is the authority: the owner releases its request with CAS(stamp -> 0), the
--- cleanup force-releases a stale one with the same CAS, and whoever swaps first gave the slot
--- back (the other learns it lost), so no claim key is needed to decide; the cleanup still
--- writes x:<t:key>@<stamp> = "leaked" for inspect(). The heartbeat refreshes last_seen in the
--- slot and stores the client IP once under ti:<g>:<n> (read by the leak log). A region is
--- given back when its generation's process is gone and the region holds no record. Without the
--- area, without a free region, or for slots beyond SLOTS, records are dict records as above.
+-- Records in the area. With the counter area (tollgate.counters, TOLLGATE_SHARED_COUNTERS=on) the
+-- master also maps a table of REGIONS x SLOTS compact records behind REGIONS owner words; a
+-- generation claims a free region when it starts (CAS of its owner word from 0 to the generation)
+-- and keeps its compact records of slots 1..SLOTS there, as three numbers per slot: stamp (0:
+-- released), tag, last_seen (a double; 0 until a heartbeat, and then the creation time in the stamp
+-- counts). A request then costs one atomic store and a compare-and-swap instead of two dict writes.
+-- The stamp is the authority: the owner releases its request with CAS(stamp -> 0), the cleanup
+-- force-releases a stale one with the same CAS, and whoever swaps first gave the slot back (the
+-- other learns it lost), so no claim key is needed to decide; the cleanup still writes
+-- x:<t:key>@<stamp> = "leaked" for inspect(). The heartbeat refreshes last_seen in the slot and
+-- stores the client IP once under ti:<g>:<n> (read by the leak log). A region is given back when
+-- its generation's process is gone and the region holds no record. Without the area, without a free
+-- region, or for slots beyond SLOTS, records are dict records as above.
 local keys = require("tollgate.keys")
 local counters = require("tollgate.counters")
 local mastermap = require("tollgate.mastermap")
@@ -89,8 +89,8 @@ function _M.map()
     if not counters.shared() then
         return nil, "no counter area"
     end
-    -- its address in the registry, like the region claims: a dict that may evict could lose
-    -- it, and a reload would then map a blank table under regions that hold requests
+    -- its address in the never-evicting registry: connlimit_dict could evict it, and a reload
+    -- would then map a blank table while the old workers' regions hold requests
     local reg, pfx = counters.registry()
     local p, found = mastermap.map(reg, pfx .. "#tracks", (REGIONS + REGIONS * SLOTS * STRIDE) * 8)
     if not p then

@@ -4,8 +4,8 @@
 -- mapped before through "<master pid> <address> <cookie> <size>" that it left under `key` in a
 -- shared dict (shared dicts survive reloads, and the master never unmaps a region); a cookie in
 -- the region's header guards against an address that is not ours, and a region of another size
--- (a new version of the code) is not reused. So reloads do not map a
--- region each, and what the old workers wrote is what the new ones read.
+-- (a new version of the code) is not reused. So reloads do not map a region each, and what the
+-- old workers wrote is what the new ones read.
 -- Linux (MAP_ANONYMOUS = 0x20); on other systems map() fails and callers go on without it.
 local ffi = require("ffi")
 
@@ -25,7 +25,7 @@ local PROT_READ, PROT_WRITE = 1, 2
 local MAP_SHARED, MAP_ANONYMOUS = 0x01, 0x20
 local HEADER = 64           -- one cache line: [0] the cookie (a double); data starts after it
 
-local _M = { HEADER = HEADER }
+local _M = {}
 
 --- Map `size` bytes, or find the region this master mapped under `key` of `dict` before.
 -- Init phase (the master) only. Returns the data pointer (char *, zero-filled when new),

@@ -3,7 +3,8 @@
 local counters = require("tollgate.counters")
 
 local dict = ngx.shared.ratelimit
--- tokens and pending of every app are counters (atomic adds in the master-mapped area)
+-- tokens and pending of every app are counters (tollgate.counters: this dict, or with
+-- TOLLGATE_SHARED_COUNTERS=on the master-mapped area)
 local ctr = counters.of("ratelimit")
 
 local _M = { dict = dict, ctr = ctr }

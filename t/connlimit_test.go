@@ -534,6 +534,16 @@ func TestProperty20ReleaseIsIdempotent(t *testing.T) {
 			var cur, leaked int64
 			var wantCur, wantLeaked []int64
 			var wantReleased []bool
+			// what a cleanup run does in the model: every stale connection still held leaks
+			cleanup := func() {
+				for _, c := range conns {
+					if c.stale && !c.released && !c.leaked {
+						c.leaked = true
+						cur--
+						leaked++
+					}
+				}
+			}
 			for i, steps := 0, rapid.IntRange(1, 25).Draw(rt, "steps"); i < steps; i++ {
 				kind := "a"
 				if len(conns) > 0 {
@@ -564,26 +574,14 @@ func TestProperty20ReleaseIsIdempotent(t *testing.T) {
 					}
 				case "c":
 					ops = append(ops, "c")
-					for _, c := range conns {
-						if c.stale && !c.released && !c.leaked {
-							c.leaked = true
-							cur--
-							leaked++
-						}
-					}
+					cleanup()
 				}
 				wantCur = append(wantCur, cur)
 				wantLeaked = append(wantLeaked, leaked)
 				wantReleased = append(wantReleased, released)
 			}
 			ops = append(ops, "c") // and a final cleanup: nothing changes unless stale
-			for _, c := range conns {
-				if c.stale && !c.released && !c.leaked {
-					c.leaked = true
-					cur--
-					leaked++
-				}
-			}
+			cleanup()
 			wantCur = append(wantCur, cur)
 			wantLeaked = append(wantLeaked, leaked)
 			wantReleased = append(wantReleased, false)

@@ -3,8 +3,9 @@
 -- not fit stay in their dict; a reload finds the area and its values again. The dicts here are
 -- in-memory stand-ins with ngx.shared.DICT's semantics (one process: a forked child's registry
 -- writes are not seen by its parent, so keys are registered before forking).
-package.path = "lua/?.lua;" .. package.path
+package.path = "lua/?.lua;t/lua/?.lua;" .. package.path
 local ffi = require("ffi")
+local fake_dict = require("fake_dict")
 
 pcall(ffi.cdef, [[
 int fork(void);
@@ -13,35 +14,6 @@ void _exit(int status);
 int usleep(unsigned int usec);
 ]])
 
-local function fake_dict()
-    local d = { v = {}, room = math.huge }
-    function d:get(k) return self.v[k] end
-    function d:set(k, v) self.v[k] = v; return true end
-    function d:safe_set(k, v) self.v[k] = v; return true end
-    function d:safe_add(k, v)
-        if self.v[k] ~= nil then
-            return false, "exists"
-        end
-        if self.room <= 0 then
-            return false, "no memory"
-        end
-        self.room = self.room - 1
-        self.v[k] = v
-        return true
-    end
-    function d:incr(k, by, init)
-        local v = self.v[k]
-        if v == nil then
-            if init == nil then
-                return nil, "not found"
-            end
-            v = init
-        end
-        self.v[k] = v + by
-        return self.v[k]
-    end
-    return d
-end
 
 local phase = "init"
 _G.ngx = { log = function() end, WARN = 4, ERR = 3, get_phase = function() return phase end,

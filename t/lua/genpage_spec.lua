@@ -1,8 +1,9 @@
 -- tollgate.genpage: the page is shared with forked processes (the workers), a reload finds the
 -- page it mapped before, and publishing leaves the page equal to the dict however two writers
 -- interleave.
-package.path = "lua/?.lua;" .. package.path
+package.path = "lua/?.lua;t/lua/?.lua;" .. package.path
 local ffi = require("ffi")
+local fake_dict = require("fake_dict")
 local genpage = require("tollgate.genpage")
 
 pcall(ffi.cdef, [[
@@ -11,12 +12,6 @@ int waitpid(int pid, int *status, int options);
 void _exit(int status);
 ]])
 
-local function fake_dict()
-    local d = { v = {} }
-    function d:get(k) return self.v[k] end
-    function d:safe_set(k, v) self.v[k] = v; return true end
-    return d
-end
 
 describe("genpage", function()
     it("maps a page a forked process writes and its parent reads", function()

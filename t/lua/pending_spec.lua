@@ -2,33 +2,21 @@
 -- in one number, rollbacks, spilling before the packing would lose precision, and reports
 -- taking everything. The dict here is an in-memory stand-in with the incr/get semantics of
 -- ngx.shared.DICT (the real dict runs under nginx in t/lease_test.go).
-package.path = "lua/?.lua;" .. package.path
+package.path = "lua/?.lua;t/lua/?.lua;" .. package.path
 
-local store = {}
-local fake = {}
-function fake.get(_, key) return store[key] end
-function fake.incr(_, key, by, init)
-    local v = store[key]
-    if v == nil then
-        if init == nil then
-            return nil, "not found"
-        end
-        v = init
-    end
-    store[key] = v + by
-    return store[key]
-end
+local fake = require("fake_dict")()
 
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
 ngx.shared = ngx.shared or {}
 ngx.shared.ratelimit = fake
 package.loaded["tollgate.shm"] = nil
+package.loaded["tollgate.counters"] = nil     -- a fresh one: no area, the fake dict
 local shm = require("tollgate.shm")
 
 local k = { pending = "p", pending_cost = "pc", pending_count = "pn" }
 
 describe("packed pending consumption", function()
-    before_each(function() store = {} end)
+    before_each(function() fake.v = {} end)
 
     it("counts admissions and rollbacks exactly", function()
         assert.equals(1, shm.add_pending(k, 7, 1))
@@ -53,25 +41,25 @@ describe("packed pending consumption", function()
     end
 
     it("spills into the plain counters before the count part leaves its range", function()
-        store.p = 262143 + 9 * shm.PACK      -- 262143 requests of total cost 9 pending
+        fake.v.p = 262143 + 9 * shm.PACK      -- 262143 requests of total cost 9 pending
         local n = shm.add_pending(k, 4, 1)
         assert.equals(262144, n)
-        assert.equals(0, store.p)
+        assert.equals(0, fake.v.p)
         assert.same({ 13, 262144 }, { shm.peek_pending(k) })
-        assert.equals(262145, shm.add_pending(k, 1, 1) + store.pn)
+        assert.equals(262145, shm.add_pending(k, 1, 1) + fake.v.pn)
         assert.same({ 14, 262145 }, { shm.take_pending(k) })
         assert.same({ 0, 0 }, { shm.peek_pending(k) })
     end)
 
     it("spills a cost part of 2^30 and keeps it exact", function()
-        store.p = (2 ^ 30 - 1) * shm.PACK + 3
+        fake.v.p = (2 ^ 30 - 1) * shm.PACK + 3
         shm.add_pending(k, 1, 1)
-        assert.equals(0, store.p)
+        assert.equals(0, fake.v.p)
         assert.same({ 2 ^ 30, 4 }, { shm.take_pending(k) })
     end)
 
     it("leaves concurrent admissions in the packed counter when it spills", function()
-        store.p = 262143 * 1 + 262143 * shm.PACK
+        fake.v.p = 262143 * 1 + 262143 * shm.PACK
         local p_seen = shm.add_pending(k, 1, 1)
         assert.equals(262144, p_seen)
         -- another worker's admission after the spill lands in the packed counter again

@@ -62,7 +62,7 @@ _M.is_bucket_path = is_bucket_path
 
 --- Classify an S3-style request.
 -- @param method string HTTP method (upper case)
--- @param path string URI path without query
+-- @param path string URI path without query (only a GET looks at it: nil is fine otherwise)
 -- @param query string|nil raw query string
 -- @param copy_source boolean the request carries x-amz-copy-source
 -- @return op string, or nil and "unsupported_method"

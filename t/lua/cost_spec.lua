@@ -33,6 +33,13 @@ describe("classify", function()
             assert.are.equal(c[5], (cost.classify(c[1], c[2], c[3], c[4])))
         end)
     end
+    it("needs the path of a GET only (the handler reads $uri for GETs alone)", function()
+        for _, c in ipairs(cases) do
+            if c[1] ~= "GET" then
+                assert.are.equal(c[5], (cost.classify(c[1], nil, c[3], c[4])))
+            end
+        end
+    end)
     it("refuses unknown methods", function()
         for _, m in ipairs({ "FOO", "PROPFIND", "TRACE", "CONNECT", "get" }) do
             local op, err = cost.classify(m, "/b/k", nil, false)

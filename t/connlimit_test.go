@@ -519,11 +519,9 @@ func TestProperty16And19LimitsRejectionsAndPeak(t *testing.T) {
 // never goes negative.
 func TestProperty20ReleaseIsIdempotent(t *testing.T) {
 	forCounterModes(t, func(t *testing.T, mode string) {
-		// timeout 100 s: a stall of 10 s keeps the fast path, 60 s makes the owner claim its
-		// release, 150 s lets the cleanup force-release first
-		s := connStack(t, 2, map[string]string{"TOLLGATE_CONN_TIMEOUT": "100",
-			"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600", "TOLLGATE_SHARED_COUNTERS": mode})
-		g := s.gw()
+		// a stall of 10 s keeps the fast path, 60 s makes the owner claim its release, 150 s
+		// (over the timeout) lets the cleanup force-release first
+		g := handCleanupGateway(t, mode)
 		n := 0
 		rapid.Check(t, func(rt *rapid.T) {
 			n++
@@ -621,9 +619,7 @@ func TestProperty20ReleaseIsIdempotent(t *testing.T) {
 // fields of Req 18.1.
 func TestProperty18LeakedConnectionsAreForceReleased(t *testing.T) {
 	forCounterModes(t, func(t *testing.T, mode string) {
-		s := connStack(t, 2, map[string]string{"TOLLGATE_CONN_TIMEOUT": "100",
-			"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600", "TOLLGATE_SHARED_COUNTERS": mode})
-		g := s.gw()
+		g := handCleanupGateway(t, mode)
 		n := 0
 		rapid.Check(t, func(rt *rapid.T) {
 			n++
@@ -679,9 +675,7 @@ func TestProperty18LeakedConnectionsAreForceReleased(t *testing.T) {
 // held.
 func TestCompactRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
 	forCounterModes(t, func(t *testing.T, mode string) {
-		s := connStack(t, 2, map[string]string{"TOLLGATE_CONN_TIMEOUT": "100",
-			"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600", "TOLLGATE_SHARED_COUNTERS": mode})
-		g := s.gw()
+		g := handCleanupGateway(t, mode)
 		steps := connOps(g, "compact", "c-compact", []string{"a", "a", "a", "d1:150", "d2:50", "c", "s1", "s2", "s3"})
 		for i, st := range steps[3:5] {
 			if !st.OK {
@@ -712,6 +706,14 @@ func TestCompactRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
 			}
 		}
 	})
+}
+
+// handCleanupGateway is a 2-worker gateway (counters in `mode`) whose connection timeout is
+// 100 s and whose cleanup runs only when a test asks for it (its interval is an hour).
+func handCleanupGateway(t *testing.T, mode string) *harness.Gateway {
+	t.Helper()
+	return connStack(t, 2, map[string]string{"TOLLGATE_CONN_TIMEOUT": "100",
+		"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600", "TOLLGATE_SHARED_COUNTERS": mode}).gw()
 }
 
 // forCounterModes runs f with the hot path's counters and compact tracking records in the

@@ -5,7 +5,7 @@ GO ?= go
 GOTEST_FLAGS ?=
 BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
 
-.PHONY: all deps build web run up down test lint test-lua test-go test-fuzz test-web test-e2e test-integration bench clean
+.PHONY: all deps build web run up down test lint settings-doc test-lua test-go test-fuzz test-web test-e2e test-integration bench clean
 
 all: build
 
@@ -35,6 +35,11 @@ lint: deps
 	promtool test rules deploy/prometheus/tollgate-alerts_test.yml
 	@test -z "$$(gofmt -l controlplane demo internal t bench sim *.go)" || { gofmt -l controlplane demo internal t bench sim *.go; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+
+# docs/settings.md and nginx/tollgate_env.conf from the settings schemas (lua/tollgate/settings.lua,
+# controlplane/internal/config); test-go fails while they are not current
+settings-doc:
+	$(GO) test -count=1 -run '^TestSettingsDoc$$' ./controlplane/internal/config -update
 
 test-lua: deps
 	busted --lua=luajit -o utfTerminal t/lua

@@ -18,9 +18,9 @@ import (
 
 // Environment variable names and their defaults.
 const (
-	EnvAddr     = "TOLLGATE_CP_ADDR"
-	EnvRedisURL = "TOLLGATE_REDIS_URL"
-	EnvSeedDemo = "TOLLGATE_SEED_DEMO"
+	EnvAddr     = "TOLLGATE_CP_ADDR"   // HTTP listen address of the API, console and /metrics (127.0.0.1:9090; host:port)
+	EnvRedisURL = "TOLLGATE_REDIS_URL" // Redis: redis://[:password@]host:port[/db], rediss://, redis-sentinel://, redis-cluster:// (redis://127.0.0.1:6390/0)
+	EnvSeedDemo = "TOLLGATE_SEED_DEMO" // seed the demo config into an empty Redis (true; true or false)
 
 	DefaultAddr     = "127.0.0.1:9090"
 	DefaultRedisURL = "redis://127.0.0.1:6390/0"

@@ -69,7 +69,7 @@ _M.SCHEMA = {
 
 -- lazily: the CIDR parser needs bit ops of LuaJIT only
 local function cidr_list(v)
-    return require("tollgate.ipmatch").parse_list(v)
+    return require("tollgate.request.ipmatch").parse_list(v)
 end
 
 local function valid_id(v)

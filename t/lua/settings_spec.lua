@@ -3,7 +3,7 @@
 package.path = "lua/?.lua;" .. package.path
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
 ngx.shared = ngx.shared or {}
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 local settings = require("tollgate.settings")
 
 local function env(t)

@@ -310,6 +310,11 @@ func TestTrustedProxiesForwardTheClientAddress(t *testing.T) {
 	if ip := lastLoginIP(t, f, adm); ip != "198.51.100.9" {
 		t.Fatalf("through the trusted proxy: audited ip %q, want 198.51.100.9", ip)
 	}
+	// X-Real-IP is not believed, not even from a trusted proxy (it may pass on the client's)
+	postLogin(t, proxy, srv.URL, "nobody", "wrong-password-1", map[string]string{"X-Real-IP": "203.0.113.77"})
+	if ip := lastLoginIP(t, f, adm); ip != "127.0.0.2" {
+		t.Fatalf("X-Real-IP through the trusted proxy: audited ip %q, want 127.0.0.2", ip)
+	}
 }
 
 // Item 4: IPv6 clients count per /64.

@@ -981,7 +981,7 @@ func TestConnMetricsAndNodeStats(t *testing.T) {
 	})
 	connOps(g, "demo-p1", "default", []string{"a", "l1:1000", "c"})
 	eventually(t, "leak counter", func() bool { return g.Metric("connlimit_leaked_total"+labels) == 1 })
-	resp, err := g.Client.Get(g.URL + "/metrics")
+	resp, err := g.Client.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

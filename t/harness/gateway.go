@@ -298,6 +298,20 @@ func (g *Gateway) Do(method, path, app string, body io.Reader, hdr map[string]st
 	return g.send(req)
 }
 
+// DoHeader sends a request with exactly the header fields of h (a name may repeat), in the
+// order Go writes them (sorted by name).
+func (g *Gateway) DoHeader(method, path string, h http.Header) *Response {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.URL+path, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for k, vs := range h {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	return g.send(req)
+}
+
 // Monitor sends a GET to the gateway's monitoring listener (path: /health, /metrics).
 func (g *Gateway) Monitor(path string) *Response {
 	g.t.Helper()

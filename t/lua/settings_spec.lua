@@ -2,7 +2,7 @@
 package.path = "lua/?.lua;" .. package.path
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
 ngx.shared = ngx.shared or {}
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 
 describe("settings", function()
     it("reports every 5 s by default", function()

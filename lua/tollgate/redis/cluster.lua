@@ -1,8 +1,8 @@
 -- Redis Cluster for the gateway: a per-worker slot map from CLUSTER SLOTS, loaded at start,
 -- refreshed every few seconds and soon after a MOVED or a failed node, and handles (see
--- redis_cluster_handle.lua) that route the commands of one `with` call by that map.
-local crc16 = require("tollgate.crc16")
-local handle = require("tollgate.redis_cluster_handle")
+-- redis/cluster_handle.lua) that route the commands of one `with` call by that map.
+local crc16 = require("tollgate.redis.crc16")
+local handle = require("tollgate.redis.cluster_handle")
 
 local slot_of = crc16.slot
 local now = ngx.now
@@ -20,7 +20,7 @@ local mt = { __index = _M }
 
 local MIN_REFRESH_GAP = 0.1     -- seconds between two refreshes of a worker's map
 
---- client: the tollgate.redis client (connect_to, target_of, release, is_unavailable);
+--- client: the tollgate.redis.client client (connect_to, target_of, release, is_unavailable);
 -- seeds: {{host, port}, ...}; refresh: seconds between periodic slot map refreshes.
 function _M.new(client, seeds, refresh)
     local addrs = {}
@@ -134,7 +134,7 @@ function _M.stale(self)
     end
 end
 
---- Periodic upkeep (every `refresh_every` seconds in every worker, see redis.lua start):
+--- Periodic upkeep (every `refresh_every` seconds in every worker, see redis/client.lua start):
 -- reload this worker's map.
 function _M.tick(self)
     if not self.refreshing then

@@ -3,11 +3,11 @@
 -- per-worker table of parsed configs keyed by config version.
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
-local ipmatch = require("tollgate.ipmatch")
-local rules_parse = require("tollgate.rules_parse")
-local breaker_config = require("tollgate.breaker_config")
-local hashload = require("tollgate.hashload")
-local genpage = require("tollgate.genpage")
+local ipmatch = require("tollgate.request.ipmatch")
+local rules_parse = require("tollgate.rules.parse")
+local breaker_config = require("tollgate.breaker.config")
+local hashload = require("tollgate.config.hashload")
+local genpage = require("tollgate.config.genpage")
 
 local getenv = os.getenv
 local tonumber = tonumber
@@ -164,7 +164,7 @@ local cache_n = 0
 local cache_version = nil
 local CACHE_MAX = 20000
 local on_generation = {}    -- functions(generation) of per-worker state compiled from config
-local gpage                 -- the generation's mirror (tollgate.genpage), nil without one
+local gpage                 -- the generation's mirror (tollgate.config.genpage), nil without one
 local NONE = genpage.NONE
 
 local function get_generation()

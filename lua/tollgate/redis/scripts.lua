@@ -27,11 +27,11 @@ local function read_file(path)
     return s
 end
 
---- Directory holding redis-scripts/: TOLLGATE_SCRIPTS_DIR or next to this file's lua/ dir.
+--- Directory holding redis-scripts/: TOLLGATE_SCRIPTS_DIR or next to the lua/ dir this file is in.
 function _M.default_dir()
     local src = debug.getinfo(1, "S").source
     local dir = src:match("^@(.*)/[^/]+$") or "."
-    return dir .. "/../../redis-scripts"
+    return dir .. "/../../../redis-scripts"
 end
 
 --- Load every script: prelude _common.lua + "\n" + body (as the control plane does).

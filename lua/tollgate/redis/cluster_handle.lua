@@ -5,7 +5,7 @@
 -- retries TRYAGAIN briefly while a slot is half migrated; pipelines are split per node. The
 -- handle keeps one connection per node for the call and `finish` returns them to their pools,
 -- while a connection that failed or answered READONLY/CLUSTERDOWN/... is closed at once.
-local crc16 = require("tollgate.crc16")
+local crc16 = require("tollgate.redis.crc16")
 local metrics = require("tollgate.metrics")
 
 local slot_of = crc16.slot
@@ -263,7 +263,7 @@ local handle_mt = {
     end,
 }
 
---- A handle over slot map `cl` (tollgate.redis_cluster) for one call.
+--- A handle over slot map `cl` (tollgate.redis.cluster) for one call.
 function _M.new(cl, timeout_ms)
     update_time()
     return setmetatable({ cl = cl, timeout = timeout_ms, conns = {}, pipe = false,

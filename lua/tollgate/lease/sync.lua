@@ -4,11 +4,11 @@
 -- early once 1000 requests are pending. A report carries (node, seq): Redis applies it at most
 -- once, and an unacknowledged report is kept and resent — never dropped.
 local shm = require("tollgate.shm")
-local scripts = require("tollgate.scripts")
+local scripts = require("tollgate.redis.scripts")
 local metrics = require("tollgate.metrics")
-local config = require("tollgate.config")
-local deg = require("tollgate.degradation")
-local emergency = require("tollgate.emergency")
+local config = require("tollgate.config.apps")
+local deg = require("tollgate.redis.degradation")
+local emergency = require("tollgate.lease.emergency")
 
 local dict = shm.dict
 local ctr = shm.ctr          -- tokens, pending (tollgate.counters)

@@ -117,7 +117,7 @@ function _M.invalidate(self, timeout_ms)
     end
 end
 
---- Periodic upkeep (every `refresh_every` seconds in every worker, see redis.lua start): one
+--- Periodic upkeep (every `refresh_every` seconds in every worker, see redis/client.lua start): one
 -- worker of the node per interval asks the sentinels again.
 function _M.tick(self, timeout_ms)
     if self.dict:add(self.tick_key, true, self.refresh_every * 0.9) then

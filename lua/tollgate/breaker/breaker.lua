@@ -10,8 +10,8 @@
 --   k|<K>            <K> has been used on this node (node report, gauges)
 -- Every transition goes through the marker of the epoch it leaves, so exactly one worker makes
 -- it (and logs it, counts it and emits its event). Counters of an epoch die with it.
-local config = require("tollgate.config")
-local breaker_config = require("tollgate.breaker_config")
+local config = require("tollgate.config.apps")
+local breaker_config = require("tollgate.breaker.config")
 local metrics = require("tollgate.metrics")
 local events = require("tollgate.events")
 

@@ -1,12 +1,12 @@
 -- Config watch (worker 0): apply a new config version at once on a pub/sub notice, and poll
 -- the version so that a missed notice converges within one poll interval (DESIGN §8).
 -- Also announces this node in `ratelimit:gateways` (id, last report, config version).
-local config = require("tollgate.config")
-local emergency = require("tollgate.emergency")
-local deg = require("tollgate.degradation")
+local config = require("tollgate.config.apps")
+local emergency = require("tollgate.lease.emergency")
+local deg = require("tollgate.redis.degradation")
 local metrics = require("tollgate.metrics")
-local connlimit = require("tollgate.connlimit")
-local breaker = require("tollgate.breaker")
+local connlimit = require("tollgate.conn.limiter")
+local breaker = require("tollgate.breaker.breaker")
 local keys = require("tollgate.keys")
 local cjson = require("cjson.safe")
 

@@ -13,9 +13,9 @@
 -- spending what is left or, with nothing left, wait on the dict for its answer (never longer
 -- than the Redis timeout) instead of all asking at once. A batch that runs low is topped up
 -- early by one request, so the others rarely wait.
-local scripts = require("tollgate.scripts")
+local scripts = require("tollgate.redis.scripts")
 local metrics = require("tollgate.metrics")
-local deg = require("tollgate.degradation")
+local deg = require("tollgate.redis.degradation")
 
 local dict = ngx.shared.tollgate_rules
 local now = ngx.now

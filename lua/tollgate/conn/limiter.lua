@@ -3,20 +3,20 @@
 -- In-flight counts move only by atomic increments (tollgate.counters: connlimit_dict:incr, or
 -- with TOLLGATE_SHARED_COUNTERS=on an atomic add in the master-mapped area),
 -- increment-then-check with undo, so two workers can never both take the last slot. Limits:
--- tollgate.connlimit_config; tracking records, heartbeat and leak cleanup:
--- tollgate.connlimit_track.
+-- tollgate.conn.config; tracking records, heartbeat and leak cleanup:
+-- tollgate.conn.track.
 -- An app may use burst_connections beyond max_connections only while its cluster has headroom:
 -- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
 -- connlimit_dict counters: ca:<app> / cc:<cluster> in flight, pa: / pc: peaks (pa:<app>:<n>
 -- markers), ra: / rc: rejected, la:<app> force-released, th:<app> above 90 % since the last
 -- threshold_exceeded event; node totals leaked_total and cleanup_last_run (Unix s).
 local keys = require("tollgate.keys")
-local rredis = require("tollgate.redis")
-local config = require("tollgate.config")
+local rredis = require("tollgate.redis.client")
+local config = require("tollgate.config.apps")
 local metrics = require("tollgate.metrics")
-local response = require("tollgate.response")
-local limits = require("tollgate.connlimit_config")
-local track = require("tollgate.connlimit_track")
+local response = require("tollgate.request.response")
+local limits = require("tollgate.conn.config")
+local track = require("tollgate.conn.track")
 local events = require("tollgate.events")
 local counters = require("tollgate.counters")
 
@@ -29,7 +29,7 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local format = string.format
 local floor = math.floor
-local numvar = require("tollgate.numvar")
+local numvar = require("tollgate.request.numvar")
 
 local _M = {
     configure = limits.configure,

@@ -5,16 +5,16 @@
 -- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
 -- rules_global); the hits/actions counters are metrics series, pushed to
 -- `ratelimit:rules:stats` by worker 0 about every second.
-local parse = require("tollgate.rules_parse")
-local algo = require("tollgate.rules_local")
-local global = require("tollgate.rules_global")
-local ipmatch = require("tollgate.ipmatch")
+local parse = require("tollgate.rules.parse")
+local algo = require("tollgate.rules.local")
+local global = require("tollgate.rules.global")
+local ipmatch = require("tollgate.request.ipmatch")
 local metrics = require("tollgate.metrics")
 local keys = require("tollgate.keys")
-local scripts = require("tollgate.scripts")
+local scripts = require("tollgate.redis.scripts")
 local events = require("tollgate.events")
-local config = require("tollgate.config")
-local reqheaders = require("tollgate.reqheaders")
+local config = require("tollgate.config.apps")
+local reqheaders = require("tollgate.request.headers")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules

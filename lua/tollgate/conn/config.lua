@@ -8,7 +8,7 @@
 -- re-reads them every config TTL and on every config notice; a config that does not validate
 -- keeps the last good one, a missing one means the defaults, Redis down keeps what is known.
 local keys = require("tollgate.keys")
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 
 local dict = ngx.shared.connlimit_dict
 local log = ngx.log

@@ -5,7 +5,7 @@
 -- apply the ratios to refills. The state expires on the node at `until` by itself, so an
 -- emergency ends on time even with the control plane down.
 local cjson = require("cjson.safe")
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 local shm = require("tollgate.shm")
 
 local dict = shm.dict

@@ -131,7 +131,7 @@ end
 local function release(n, rec, result)
     local app, est, left = parse(rec)
     dict:delete(slot_key(n))
-    local a = require("tollgate.config").app(app)
+    local a = require("tollgate.config.apps").app(app)
     if a and left > 0 then
         L3.refund(a, left)
     end

@@ -11,8 +11,8 @@ local ok_resty, redis_lib = pcall(require, "resty.redis")
 if not ok_resty then
     redis_lib = require("nginx.redis")
 end
-local sentinel = require("tollgate.redis_sentinel")
-local cluster = require("tollgate.redis_cluster")
+local sentinel = require("tollgate.redis.sentinel")
+local cluster = require("tollgate.redis.cluster")
 
 local now = ngx.now
 local update_time = ngx.update_time

@@ -3,9 +3,9 @@
 -- Redis is reached only when the lease is empty (synchronously, under the operation timeout)
 -- or below 20 % of the reserve target (asynchronously, single-flight per app and node).
 local shm = require("tollgate.shm")
-local scripts = require("tollgate.scripts")
+local scripts = require("tollgate.redis.scripts")
 local metrics = require("tollgate.metrics")
-local deg = require("tollgate.degradation")
+local deg = require("tollgate.redis.degradation")
 
 local dict = shm.dict
 local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
@@ -24,7 +24,7 @@ local random = math.random
 local _M = {}
 
 local S, R, SC -- settings, redis client, scripts (set by init)
-local sync     -- tollgate.sync, set by init (it requires nothing of this module)
+local sync     -- tollgate.lease.sync, set by init (it requires nothing of this module)
 
 function _M.init(settings, client, script_set, sync_module)
     S, R, SC, sync = settings, client, script_set, sync_module

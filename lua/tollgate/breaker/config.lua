@@ -1,10 +1,10 @@
 -- Circuit-breaker configs (contract §3; fields the gateway does not use, e.g. audit stamps of the
 -- API, are ignored): `ratelimit:breakers` (name -> JSON) is read in the same
 -- reload as the apps into config_dict key "breakers" (one JSON object of the good configs), and
--- compiled by each worker once per config generation (tollgate.breaker).
+-- compiled by each worker once per config generation (tollgate.breaker.breaker).
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
-local hashload = require("tollgate.hashload")
+local hashload = require("tollgate.config.hashload")
 
 local type = type
 local floor = math.floor

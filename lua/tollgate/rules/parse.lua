@@ -2,9 +2,9 @@
 -- into config_dict by config.reload. Every field is checked: a rule that does not parse is
 -- refused whole (the gateway keeps the last good copy of it). Pure Lua apart from load().
 local cjson = require("cjson.safe")
-local ipmatch = require("tollgate.ipmatch")
+local ipmatch = require("tollgate.request.ipmatch")
 local keys = require("tollgate.keys")
-local hashload = require("tollgate.hashload")
+local hashload = require("tollgate.config.hashload")
 
 local type = type
 local floor = math.floor

@@ -49,6 +49,10 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// ControlPlaneBinary is the control plane the harness built (once per test binary, with the
+// checkout's version linked in as make build does).
+func ControlPlaneBinary(t testing.TB) string { return controlPlaneBinary(t) }
+
 // controlPlaneBinary builds the control plane once per test binary.
 func controlPlaneBinary(t testing.TB) string {
 	t.Helper()
@@ -61,7 +65,8 @@ func controlPlaneBinary(t testing.TB) string {
 		cpDir = dir
 		cpBin = filepath.Join(dir, "tollgate-controlplane")
 		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		cmd := exec.Command(goBin, "build", "-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
+		cmd := exec.Command(goBin, "build", "-ldflags", "-X tollgate/internal/version.Version="+Version(t),
+			"-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cpBuildErr = err

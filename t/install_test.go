@@ -341,7 +341,7 @@ http {
 	}
 	b, _ = io.ReadAll(res.Body)
 	res.Body.Close()
-	if want := `tollgate_build_info{component="gateway",version="` + harness.Version(t) + `"} 1`; !strings.Contains(string(b), want) {
+	if want := `tollgate_build_info{component="gateway",node_id="gw-installed",version="` + harness.Version(t) + `"} 1`; !strings.Contains(string(b), want) {
 		t.Errorf("gateway /metrics lacks %s", want)
 	}
 }

@@ -446,7 +446,8 @@ function _M.metrics()
     gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0
     gauges["ratelimit_reservations_active"] = dict:get("rsv:active") or 0
     gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
-    gauges['tollgate_build_info{component="gateway",version="' .. VERSION .. '"}'] = 1
+    gauges['tollgate_build_info{component="gateway",node_id="' .. S.node_id .. '",version="'
+        .. VERSION .. '"}'] = 1
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(metrics.render(gauges))
 end

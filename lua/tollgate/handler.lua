@@ -30,6 +30,17 @@ local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 
 local cjson = require("cjson.safe")
+
+-- The build's version: tollgate_build.lua next to the tollgate/ directory, written by the
+-- gateway renders (scripts/render-gateway.sh, the test harness), make install and make dist
+-- (scripts/version.sh); "dev" without it.
+local VERSION = "dev"
+do
+    local ok, build = pcall(require, "tollgate_build")
+    if ok and type(build) == "table" and type(build.version) == "string" then
+        VERSION = build.version
+    end
+end
 local get_method = ngx.req.get_method
 local var = ngx.var
 local type = type
@@ -411,6 +422,7 @@ function _M.health()
         degradation_level = deg.level(),
         config_version = config.version(),
         mode = S.mode,
+        version = VERSION,
     }))
 end
 
@@ -434,8 +446,15 @@ function _M.metrics()
     gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0
     gauges["ratelimit_reservations_active"] = dict:get("rsv:active") or 0
     gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
+    gauges['tollgate_build_info{component="gateway",node_id="' .. S.node_id .. '",version="'
+        .. VERSION .. '"}'] = 1
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(metrics.render(gauges))
+end
+
+--- The build's version (tollgate_build.lua, else "dev").
+function _M.version()
+    return VERSION
 end
 
 function _M.settings()

@@ -52,6 +52,10 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// ControlPlaneBinary is the control plane the harness built (once per test binary, with the
+// checkout's version linked in as make build does).
+func ControlPlaneBinary(t testing.TB) string { return controlPlaneBinary(t) }
+
 // controlPlaneBinary builds the control plane (and the demo backend) once per test binary.
 func controlPlaneBinary(t testing.TB) string {
 	t.Helper()
@@ -65,7 +69,8 @@ func controlPlaneBinary(t testing.TB) string {
 		cpBin = filepath.Join(dir, "tollgate-controlplane")
 		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 		// the demo backend too: BinDir is a bin/ for scripts/stack.sh (TOLLGATE_BIN_DIR)
-		cmd := exec.Command(goBin, "build", "-o", dir+string(filepath.Separator),
+		cmd := exec.Command(goBin, "build", "-ldflags", "-X tollgate/internal/version.Version="+Version(t),
+			"-o", dir+string(filepath.Separator),
 			"./controlplane/cmd/tollgate-controlplane", "./demo/cmd/tollgate-demo-s3")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -82,6 +82,10 @@ func Render(t testing.TB, prefix string, listen, metricsListen, backend string, 
 	if err := os.Symlink(filepath.Join(repo, "lua", "tollgate"), link); err != nil {
 		t.Fatal(err)
 	}
+	build := "return { version = \"" + Version(t) + "\" }\n" // as scripts/render-gateway.sh writes it
+	if err := os.WriteFile(filepath.Join(prefix, "lua", "tollgate_build.lua"), []byte(build), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tg, err := os.ReadFile(filepath.Join(repo, "t", "nginx", "tgtest.lua"))
 	if err == nil {
 		err = os.WriteFile(filepath.Join(prefix, "lua", "tgtest.lua"), tg, 0o644)

@@ -16,6 +16,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/internal/ledger"
@@ -70,6 +71,10 @@ type Options struct {
 	CORSOrigins  []string // exact browser origins allowed (CORS and WebSocket)
 	MetricsToken string   // static bearer token accepted by GET /metrics (optional)
 	MaxBody      int64    // default DefaultMaxBody
+
+	Guard   *durable.Guard   // the config store's epoch watch (nil: not watched)
+	Backups *durable.Backups // the snapshot directory (nil: none)
+	Writer  durable.Writer   // export, import and restore
 
 	PrometheusURL     string        // base URL of the Prometheus behind /metrics/history; empty: absent
 	PrometheusTimeout time.Duration // of one range query; default DefaultPrometheusTimeout

@@ -24,16 +24,17 @@ const (
 
 	DefaultAddr     = "127.0.0.1:9090"
 	DefaultRedisURL = "redis://127.0.0.1:6390/0"
-	DefaultSeedDemo = true
+	DefaultSeedDemo = false // make run (scripts/stack.sh) turns it on
 )
 
 // Config is the control plane's configuration.
 type Config struct {
-	Addr     string // HTTP listen address host:port
-	RedisURL string // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
-	SeedDemo bool   // seed the demo config into an empty Redis
-	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
-	Admin    Admin  // admin API: auth, CORS, limits, audit (admin.go)
+	Addr     string  // HTTP listen address host:port
+	RedisURL string  // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
+	SeedDemo bool    // seed the demo config into an empty Redis that was never a config store
+	Jobs     Jobs    // periodic jobs of the elected leader (jobs.go)
+	Admin    Admin   // admin API: auth, CORS, limits, audit (admin.go)
+	Durable  Durable // snapshots, WAIT for replicas, the store's epoch check (durable.go)
 
 	redis redisconn.Target
 }
@@ -60,6 +61,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	admin, aerrs := adminFromEnv(getenv)
 	c.Admin = admin
 	errs = append(errs, aerrs...)
+	durable, derrs := durableFromEnv(getenv)
+	c.Durable = durable
+	errs = append(errs, derrs...)
 	errs = append(errs, c.validate()...)
 	return c, errors.Join(errs...)
 }
@@ -99,6 +103,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("seed_demo", c.SeedDemo),
 		slog.Any("jobs", c.Jobs),
 		slog.Any("admin", c.Admin),
+		slog.Any("durable", c.Durable),
 	)
 }
 

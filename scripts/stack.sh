@@ -117,8 +117,10 @@ start_all() {
 
     if [ $own_redis = 1 ]; then
         port_free "$REDIS_ADDR" || die "$REDIS_ADDR is already in use (set TOLLGATE_REDIS_ADDR, or TOLLGATE_REDIS_URL to use that Redis)"
+        # AOF: every acknowledged write is in the file before the reply (docs/durability.md)
         start_bg redis redis-server --bind "${REDIS_ADDR%:*}" --port "${REDIS_ADDR##*:}" \
-            --dir "$RUN_DIR/redis" --save 60 1000 --appendonly no --daemonize no
+            --dir "$RUN_DIR/redis" --appendonly yes --appendfsync "${TOLLGATE_REDIS_APPENDFSYNC:-everysec}" \
+            --save 60 1000 --daemonize no
         wait_for "redis ($REDIS_ADDR)" redis-cli -h "${REDIS_ADDR%:*}" -p "${REDIS_ADDR##*:}" ping
     fi
 
@@ -128,6 +130,7 @@ start_all() {
     cp_log_lines=0
     [ -f "$RUN_DIR/logs/controlplane.log" ] && cp_log_lines=$(wc -l < "$RUN_DIR/logs/controlplane.log")
     TOLLGATE_CP_ADDR=$CP_ADDR TOLLGATE_REDIS_URL=$REDIS_URL TOLLGATE_PROMETHEUS_URL=$prom_url \
+        TOLLGATE_SEED_DEMO=${TOLLGATE_SEED_DEMO:-true} TOLLGATE_RUN_DIR=$RUN_DIR \
         TOLLGATE_METRICS_TOKEN=$METRICS_TOKEN start_bg controlplane "$repo/bin/tollgate-controlplane"
     wait_for "control plane (http://$CP_ADDR)" curl -sf "http://$CP_ADDR/health"
 

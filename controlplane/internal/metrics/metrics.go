@@ -116,7 +116,7 @@ func registerStore(reg *prometheus.Registry, st func() durable.Status) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_cp_config_store_lost_total",
 			Help: "Times the config store was found lost."}, func() float64 { return float64(st().LostTotal) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_cp_redis_persistence",
-			Help: "Always 1; the labels say whether the control plane's Redis persists (CONFIG GET at start).",
+			Help:        "Always 1; the labels say whether the control plane's Redis persists (CONFIG GET at start).",
 			ConstLabels: prometheus.Labels{"persists": p.Persists, "appendonly": p.AppendOnly, "appendfsync": p.AppendFsync}},
 			func() float64 { return 1 }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_cp_config_backup_errors_total",

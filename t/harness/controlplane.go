@@ -24,11 +24,13 @@ var (
 
 // ControlPlane is one running tollgate-controlplane process.
 type ControlPlane struct {
-	t    testing.TB
-	URL  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *lockedBuffer
+	t         testing.TB
+	URL       string
+	BackupDir string   // its TOLLGATE_CONFIG_BACKUP_DIR (a temporary directory unless env sets one)
+	env       []string // its environment (for Command)
+	cmd       *exec.Cmd
+	done      chan struct{}
+	out       *lockedBuffer
 }
 
 // lockedBuffer collects a process' output (written by exec's copier, read by the test).
@@ -90,11 +92,16 @@ func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *Co
 	port := FreePort(t)
 	cp := &ControlPlane{t: t, URL: "http://127.0.0.1:" + strconv.Itoa(port), out: &lockedBuffer{}}
 	cmd := exec.Command(bin)
+	cp.BackupDir = env["TOLLGATE_CONFIG_BACKUP_DIR"]
+	if cp.BackupDir == "" { // never the working directory's .run/: each test its own snapshots
+		cp.BackupDir = t.TempDir()
+	}
 	cmd.Env = append(os.Environ(), "TOLLGATE_REDIS_URL="+redisURL,
-		"TOLLGATE_CP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+		"TOLLGATE_CP_ADDR=127.0.0.1:"+strconv.Itoa(port), "TOLLGATE_CONFIG_BACKUP_DIR="+cp.BackupDir)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	cp.env = cmd.Env
 	cmd.Stdout, cmd.Stderr = cp.out, cp.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("harness: start control plane: %v", err)
@@ -118,6 +125,25 @@ func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *Co
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Command runs the control plane binary with args (export, import, restore, ...) in the
+// environment of this control plane and returns its stdout, stderr and exit status.
+func (cp *ControlPlane) Command(args ...string) (stdout, stderr string, code int) {
+	cp.t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(controlPlaneBinary(cp.t), args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = cp.env, &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		cp.t.Fatalf("harness: run control plane %v: %v", args, err)
+	}
+	return o.String(), e.String(), 0
+}
+
+// Output is what the control plane printed so far.
+func (cp *ControlPlane) Output() string { return cp.out.String() }
 
 // Health returns the decoded /health body when it answers 200, else nil.
 func (cp *ControlPlane) Health() map[string]any {

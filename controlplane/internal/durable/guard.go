@@ -368,13 +368,21 @@ func (g *Guard) snapshot(ctx context.Context, exp Reader) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	g.check(ctx) // a store that just went away must not be snapshotted as the config
 	g.mu.Lock()
-	epoch := g.st.Epoch
+	epoch, known := g.st.Epoch, g.st.Version
 	g.mu.Unlock()
 	version, err := g.o.Store.ConfigVersion(cctx)
 	var doc Document
 	if err == nil {
 		doc, err = exp.Export(cctx, true)
+	}
+	if err == nil {
+		// the store must still be the one we know, with everything we saw, after the export
+		var now string
+		if now, err = g.o.Store.Epoch(cctx); err == nil && (now != epoch || version < known) {
+			return
+		}
 	}
 	var name string
 	if err == nil && !g.Lost() {

@@ -1,0 +1,280 @@
+package t
+
+// Redis as a durable config store (docs/durability.md): an acknowledged write survives kill -9,
+// a wiped store is noticed and not obeyed, restore brings the config back, WAIT keeps
+// acknowledged writes across a failover, export/import round trips, a bad import changes
+// nothing. Real redis-server, nginx and control plane.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tollgate/internal/testutil"
+	"tollgate/t/harness"
+)
+
+const metricsToken = "durable-test-metrics-token-0123456789abcdef"
+
+func cpEnv(extra map[string]string) map[string]string {
+	env := map[string]string{"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false",
+		"TOLLGATE_LIVE_INTERVAL": "500ms", "TOLLGATE_STORE_CHECK": "200ms", "TOLLGATE_METRICS_TOKEN": metricsToken,
+		"TOLLGATE_API_RATE": "1000", "TOLLGATE_API_BURST": "1000"}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// raw sends a request with the admin token and returns status, headers and body.
+func (a *adminAPI) raw(method, path, contentType string, body []byte) (int, http.Header, []byte) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.url+path, bytes.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+func cpHealth(cp *harness.ControlPlane) (status, reason string) {
+	h := cp.Health()
+	if h == nil {
+		return "", ""
+	}
+	s, _ := h["status"].(string)
+	r, _ := h["reason"].(string)
+	return s, r
+}
+
+func gwHealth(t *testing.T, g *harness.Gateway) (status, epoch string) {
+	t.Helper()
+	resp, err := g.Client.Get(g.URL + "/health")
+	if err != nil {
+		return "", ""
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Status string `json:"status"`
+		Epoch  string `json:"config_epoch"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&h)
+	return h.Status, h.Epoch
+}
+
+func cpMetric(t *testing.T, cp *harness.ControlPlane, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", cp.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			var v float64
+			_ = json.Unmarshal([]byte(strings.TrimPrefix(line, series+" ")), &v)
+			return v
+		}
+	}
+	return -1
+}
+
+// A config write answered 2xx is in Redis after kill -9 and a restart with the same command
+// line (AOF with appendfsync everysec, as make run starts it), and the gateway serves the app.
+func TestAcknowledgedConfigWriteSurvivesKill9(t *testing.T) {
+	r := testutil.StartRedisArgs(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	var out struct {
+		Data struct {
+			Version int64 `json:"config_version"`
+		} `json:"data"`
+	}
+	code := api.do("POST", "/api/v1/apps", map[string]any{"app_id": "kept-app", "cluster_id": "default",
+		"guaranteed_quota": 1000, "burst_quota": 5000, "priority": 1}, &out)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	r.Crash() // SIGKILL right after the 201, then the same command line
+	ctx := context.Background()
+	rdb := r.Client()
+	harness.Eventually(t, 10*time.Second, "the app in the restarted Redis", func() bool {
+		ok, err := rdb.HExists(ctx, "ratelimit:apps", "kept-app").Result()
+		return err == nil && ok
+	})
+	if v, _ := rdb.Get(ctx, "ratelimit:config:version").Int64(); v < out.Data.Version {
+		t.Fatalf("config version %d after the restart, the write answered %d", v, out.Data.Version)
+	}
+	g := harness.StartGateway(t, harness.GatewayOptions{RedisURL: r.URL(), NodeID: "node-kill9"})
+	harness.Eventually(t, 5*time.Second, "the gateway admits kept-app", func() bool {
+		res := g.Do("GET", "/bucket/obj", "kept-app", nil, nil)
+		return res.Status != 403 && res.Status != 429
+	})
+}
+
+type flushLoad struct {
+	total, unknownApp, other atomic.Int64
+}
+
+// load sends GETs for apps until stop is closed, counting refusals because an app is unknown.
+func flushLoadRun(g *harness.Gateway, apps []string, stop <-chan struct{}, res *flushLoad, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		req, _ := http.NewRequest("GET", g.URL+"/bucket/obj", nil)
+		req.Header.Set("X-App-Id", apps[i%len(apps)])
+		resp, err := g.Client.Do(req)
+		if err != nil {
+			res.other.Add(1)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res.total.Add(1)
+		if resp.StatusCode == 403 && bytes.Contains(b, []byte("unknown_app")) {
+			res.unknownApp.Add(1)
+		}
+	}
+}
+
+// FLUSHALL under load: no request is refused because its app vanished, for the whole window;
+// the gateway and the control plane report the lost store (/health, metrics, the alert), and
+// restore from the newest snapshot brings the config and the users back and clears it all.
+func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	cp := harness.StartControlPlane(t, s.redis.URL(), cpEnv(nil))
+	ctx := context.Background()
+	epoch := ""
+	harness.Eventually(t, 5*time.Second, "the store's epoch written and known by the gateway", func() bool {
+		epoch, _ = s.rdb.Get(ctx, "ratelimit:config:epoch").Result()
+		_, ge := gwHealth(t, g)
+		return epoch != "" && ge == epoch
+	})
+	var m []string
+	harness.Eventually(t, 10*time.Second, "a snapshot of the current version (the first admin included)", func() bool {
+		v, _ := s.rdb.Get(ctx, "ratelimit:config:version").Result()
+		m, _ = filepath.Glob(filepath.Join(cp.BackupDir, "config-*-v"+v+".json"))
+		n, _ := s.rdb.HLen(ctx, "ratelimit:admin:users").Result()
+		return len(m) > 0 && n == 1
+	})
+	if fi, err := os.Stat(m[0]); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot %s: mode %v, err %v; want 0600", m[0], fi.Mode().Perm(), err)
+	}
+
+	var res flushLoad
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go flushLoadRun(g, []string{"demo-p0", "demo-p1", "demo-p2"}, stop, &res, &wg)
+	}
+	harness.Eventually(t, 5*time.Second, "load running", func() bool { return res.total.Load() > 50 })
+	if err := s.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 5*time.Second, "the gateway's /health says config_store_lost", func() bool {
+		st, _ := gwHealth(t, g)
+		return st == "config_store_lost"
+	})
+	harness.Eventually(t, 5*time.Second, "the control plane's /health says config_store_lost", func() bool {
+		st, reason := cpHealth(cp)
+		return st == "config_store_lost" && strings.HasPrefix(reason, "epoch_missing")
+	})
+	if v := g.Metric("ratelimit_config_store_lost"); v != 1 {
+		t.Fatalf("gateway ratelimit_config_store_lost = %v", v)
+	}
+	if v := cpMetric(t, cp, "tollgate_cp_config_store_lost"); v != 1 {
+		t.Fatalf("control plane tollgate_cp_config_store_lost = %v", v)
+	}
+	alert := func() map[string]any {
+		doc, err := s.rdb.HGet(ctx, "ratelimit:admin:alerts", "config_store_lost-config").Result()
+		if err != nil {
+			return nil
+		}
+		var a map[string]any
+		_ = json.Unmarshal([]byte(doc), &a)
+		return a
+	}
+	harness.Eventually(t, 5*time.Second, "the critical config_store_lost alert raised", func() bool {
+		a := alert()
+		return a != nil && a["active"] == true && a["severity"] == "critical"
+	})
+	if n, _ := s.rdb.HLen(ctx, "ratelimit:apps").Result(); n != 0 {
+		t.Fatalf("%d apps seeded into the lost store", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // more load on the lost store (several polls of the gateway)
+
+	dry, stderr, code := cp.Command("restore")
+	if code != 3 || !strings.Contains(dry, `"apps[demo-p1].burst_quota"`) {
+		t.Fatalf("restore dry run: exit %d\n%s\n%s", code, dry, stderr)
+	}
+	if n, _ := s.rdb.HLen(ctx, "ratelimit:apps").Result(); n != 0 {
+		t.Fatalf("the dry run wrote %d apps", n)
+	}
+	if out, stderr, code := cp.Command("restore", "-apply"); code != 0 {
+		t.Fatalf("restore: exit %d\n%s\n%s", code, out, stderr)
+	}
+	harness.Eventually(t, 5*time.Second, "the control plane's /health ok again", func() bool {
+		st, _ := cpHealth(cp)
+		return st == "ok"
+	})
+	harness.Eventually(t, 5*time.Second, "the gateway's /health ok again with the same epoch", func() bool {
+		st, ge := gwHealth(t, g)
+		return st == "ok" && ge == epoch
+	})
+	harness.Eventually(t, 5*time.Second, "the alert resolved", func() bool {
+		a := alert()
+		return a != nil && a["active"] == false
+	})
+	close(stop)
+	wg.Wait()
+	if n, _ := s.rdb.HLen(ctx, "ratelimit:apps").Result(); n != 4 {
+		t.Fatalf("%d apps after the restore, want the 4 demo apps", n)
+	}
+	api := loginAdmin(t, cp) // the users came back with the snapshot
+	var apps struct {
+		Data []struct {
+			AppID string `json:"app_id"`
+		} `json:"data"`
+	}
+	if code := api.do("GET", "/api/v1/apps", nil, &apps); code != 200 || len(apps.Data) != 4 {
+		t.Fatalf("apps after restore: %d %+v", code, apps)
+	}
+	t.Logf("%d requests during the test, %d refused as unknown_app, %d transport errors",
+		res.total.Load(), res.unknownApp.Load(), res.other.Load())
+	if res.unknownApp.Load() != 0 {
+		t.Fatalf("%d requests refused as unknown_app while the store was lost", res.unknownApp.Load())
+	}
+	if g.Metric("ratelimit_config_store_lost_total") != 1 {
+		t.Fatalf("ratelimit_config_store_lost_total = %v, want 1 (one loss, logged once)", g.Metric("ratelimit_config_store_lost_total"))
+	}
+	if n := strings.Count(g.ErrorLog(), "config store lost"); n != 1 {
+		t.Fatalf("the gateway logged the loss %d times, want once", n)
+	}
+}

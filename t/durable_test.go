@@ -278,3 +278,57 @@ func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
 		t.Fatalf("the gateway logged the loss %d times, want once", n)
 	}
 }
+
+// A replica promoted before it synced (Sentinel): with WAIT on, every config write the control
+// plane answered as replicated is on the new master; a write it could not confirm (the replica
+// was down) is answered 2xx saying so, and its loss makes the control plane report the store
+// lost (version_backwards) instead of carrying on. Master and replica keep an AOF (as production
+// should), so the replica comes back with what it acknowledged.
+func TestSentinelPromotionLosesNoAcknowledgedWrite(t *testing.T) {
+	grp := testutil.StartSentinelGroupArgs(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	cp := harness.StartControlPlane(t, grp.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true",
+		"TOLLGATE_CONFIG_WAIT_TIMEOUT": "300ms"}))
+	api := loginAdmin(t, cp)
+	create := func(id string) string {
+		body, _ := json.Marshal(map[string]any{"app_id": id, "cluster_id": "default",
+			"guaranteed_quota": 100, "burst_quota": 500, "priority": 2})
+		code, hdr, b := api.raw("POST", "/api/v1/apps", "application/json", body)
+		if code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", id, code, b)
+		}
+		return hdr.Get("Tollgate-Replication")
+	}
+	answers := map[string]string{}
+	answers["synced-app"] = create("synced-app")
+	if answers["synced-app"] != "1/1" {
+		t.Fatalf("synced-app: Tollgate-Replication %q, want 1/1", answers["synced-app"])
+	}
+	grp.WaitQuorum()
+	grp.Replica.Kill() // the replica is down: the next write cannot be confirmed
+	answers["unsynced-app"] = create("unsynced-app")
+	old := grp.MasterAddr()
+	grp.Master.Kill()   // the master dies with a write its replica never got …
+	grp.Replica.Crash() // … which comes back from its AOF and is promoted
+	grp.WaitNewMaster(old)
+	ctx := context.Background()
+	nm := grp.Replica.Client()
+	for id, answer := range answers {
+		ok, err := nm.HExists(ctx, "ratelimit:apps", id).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: answered Tollgate-Replication %q, on the new master: %v", id, answer, ok)
+		if !ok && !strings.HasPrefix(answer, "unconfirmed") {
+			t.Errorf("%s was answered %q (not unconfirmed) and is lost after the promotion", id, answer)
+		}
+	}
+	if !strings.HasPrefix(answers["unsynced-app"], "unconfirmed 0/1") {
+		t.Errorf("unsynced-app: Tollgate-Replication %q, want unconfirmed 0/1", answers["unsynced-app"])
+	}
+	if ok, _ := nm.HExists(ctx, "ratelimit:apps", "unsynced-app").Result(); !ok {
+		harness.Eventually(t, 15*time.Second, "the control plane reports the store lost (version went back)", func() bool {
+			st, reason := cpHealth(cp)
+			return st == "config_store_lost" && strings.HasPrefix(reason, "version_backwards")
+		})
+	}
+}

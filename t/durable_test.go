@@ -332,3 +332,176 @@ func TestSentinelPromotionLosesNoAcknowledgedWrite(t *testing.T) {
 		})
 	}
 }
+
+func export(t *testing.T, api *adminAPI, query string) []byte {
+	t.Helper()
+	code, _, b := api.raw("GET", "/api/v1/config/export"+query, "", nil)
+	if code != 200 {
+		t.Fatalf("export%s: %d %s", query, code, b)
+	}
+	return b
+}
+
+// fullConfig gives a store every kind of config: apps, clusters, connection limits, a rule, a
+// breaker.
+func fullConfig(t *testing.T, api *adminAPI) {
+	t.Helper()
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "rt-app", "cluster_id": "default",
+		"guaranteed_quota": 1500, "burst_quota": 6000, "priority": 3, "c_bw": 2, "max_borrow": 100})
+	api.change("PUT", "/api/v1/connections/rt-app", map[string]any{"max_connections": 7, "burst_connections": 9})
+	api.change("PUT", "/api/v1/clusters/default/connections", map[string]any{"max_connections": 70, "reserved_ratio": 0.2})
+	api.change("POST", "/api/v1/rules", map[string]any{"id": "rt-rule", "scope": "user", "user_key": "header:X-User-Id",
+		"match": map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
+		"algorithm": "fixed_window", "limit": 2, "window_seconds": 60})
+	api.change("PUT", "/api/v1/breakers/rt-backend", map[string]any{"failure_threshold": 3})
+}
+
+// An export imported into an empty store exports identically (JSON and YAML, with and without
+// secrets), through the binary's import and the API's; diff then finds nothing.
+func TestConfigExportImportRoundTrip(t *testing.T) {
+	ra := testutil.StartRedis(t)
+	cpa := harness.StartControlPlane(t, ra.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	a := loginAdmin(t, cpa)
+	fullConfig(t, a)
+	withSecrets := export(t, a, "?secrets=true")
+	plain := export(t, a, "")
+	yml := export(t, a, "?format=yaml")
+	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`} {
+		if !bytes.Contains(plain, []byte(want)) {
+			t.Fatalf("the export lacks %s:\n%s", want, plain)
+		}
+	}
+	if bytes.Contains(plain, []byte("password_hash")) || bytes.Contains(plain, []byte("jwt_secret")) {
+		t.Fatalf("an export without secrets=true holds secrets:\n%s", plain)
+	}
+	if !bytes.Contains(withSecrets, []byte("password_hash")) || !bytes.Contains(withSecrets, []byte("jwt_secret")) {
+		t.Fatalf("the export with secrets=true lacks them")
+	}
+
+	// into an empty store through the binary (YAML) ...
+	rb := testutil.StartRedis(t)
+	cpb := harness.StartControlPlane(t, rb.URL(), cpEnv(nil))
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, yml, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, code := cpb.Command("diff", file); code != 3 || !strings.Contains(out, "apps[rt-app].burst_quota") {
+		t.Fatalf("diff before import: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if out, stderr, code := cpb.Command("import", "-apply", file); code != 0 {
+		t.Fatalf("import: exit %d\n%s\n%s", code, out, stderr)
+	}
+	b := loginAdmin(t, cpb)
+	if got := export(t, b, "?format=yaml"); !bytes.Equal(got, yml) {
+		t.Fatalf("YAML export after import differs:\n%s\nwant:\n%s", got, yml)
+	}
+	if got := export(t, b, ""); !bytes.Equal(got, plain) {
+		t.Fatalf("JSON export after import differs:\n%s\nwant:\n%s", got, plain)
+	}
+	if out, stderr, code := cpb.Command("diff", file); code != 0 || !strings.Contains(out, `"diff": []`) {
+		t.Fatalf("diff after import: exit %d\n%s\n%s", code, out, stderr)
+	}
+
+	// ... and with secrets through the API (users and the signing secret too)
+	rc := testutil.StartRedis(t)
+	cpc := harness.StartControlPlane(t, rc.URL(), cpEnv(nil))
+	c := loginAdmin(t, cpc)
+	code, _, res := c.raw("POST", "/api/v1/config/import", "application/json", withSecrets)
+	if code != 200 || !bytes.Contains(res, []byte(`"dry_run":true`)) {
+		t.Fatalf("import dry run: %d %s", code, res)
+	}
+	if got := export(t, c, ""); bytes.Contains(got, []byte("rt-app")) {
+		t.Fatal("the dry run wrote")
+	}
+	if code, _, res := c.raw("POST", "/api/v1/config/import?apply=true", "application/json", withSecrets); code != 200 ||
+		!bytes.Contains(res, []byte(`"applied":true`)) {
+		t.Fatalf("import: %d %s", code, res)
+	}
+	if got := export(t, c, "?secrets=true"); !bytes.Equal(got, withSecrets) {
+		t.Fatalf("export with secrets after import differs:\n%s\nwant:\n%s", got, withSecrets)
+	}
+	var audit struct {
+		Data []struct {
+			Action  string `json:"action"`
+			Outcome string `json:"outcome"`
+		} `json:"data"`
+	}
+	c.do("GET", "/api/v1/audit?action=config.*", nil, &audit)
+	seen := map[string]bool{}
+	for _, e := range audit.Data {
+		seen[e.Action+" "+e.Outcome] = true
+	}
+	if !seen["config.import ok"] || !seen["config.import.dry_run ok"] || !seen["config.export_secrets ok"] {
+		t.Fatalf("audit of the import: %+v", audit.Data)
+	}
+}
+
+// A bad document changes nothing: the answer is a 4xx with a machine-readable code (the
+// violations listed), the export and the config version stay what they were.
+func TestBadConfigImportChangesNothing(t *testing.T) {
+	r := testutil.StartRedis(t)
+	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	fullConfig(t, api)
+	before := export(t, api, "?secrets=true")
+	ctx := context.Background()
+	version := func() string { v, _ := r.Client().Get(ctx, "ratelimit:config:version").Result(); return v }
+	v0 := version()
+	var doc map[string]any
+	if err := json.Unmarshal(before, &doc); err != nil {
+		t.Fatal(err)
+	}
+	mutate := func(f func(d map[string]any)) []byte {
+		var d map[string]any
+		_ = json.Unmarshal(before, &d)
+		f(d)
+		b, _ := json.Marshal(d)
+		return b
+	}
+	apps := func(d map[string]any) []any { return d["apps"].([]any) }
+	cases := []struct {
+		name, code string
+		body       []byte
+	}{
+		{"not a document", "invalid_document", []byte("{{{ nope")},
+		{"yaml garbage", "invalid_document", []byte("kind: [unclosed")},
+		{"wrong kind", "invalid_document", mutate(func(d map[string]any) { d["kind"] = "other/v9" })},
+		{"unknown field", "invalid_document", mutate(func(d map[string]any) { d["surprise"] = 1 })},
+		{"over allocation", "config_validation_failed", mutate(func(d map[string]any) {
+			// a new app first in the list (written first), then the one that breaks the cluster
+			d["apps"] = append([]any{map[string]any{"app_id": "aaa-new", "cluster_id": "default",
+				"guaranteed_quota": 10, "burst_quota": 10, "priority": 1, "c_bw": 1, "max_borrow": 0, "enabled": true}},
+				apps(d)...)
+			apps(d)[1].(map[string]any)["guaranteed_quota"] = 90000
+			apps(d)[1].(map[string]any)["burst_quota"] = 90000
+		})},
+		{"rule of an unknown app", "config_validation_failed", mutate(func(d map[string]any) {
+			d["rules"].([]any)[0].(map[string]any)["match"] = map[string]any{"app_ids": []string{"ghost"}}
+		})},
+		{"app moves cluster", "config_validation_failed", mutate(func(d map[string]any) {
+			d["clusters"] = append(d["clusters"].([]any), map[string]any{"id": "other", "capacity": 1000, "reserved_ratio": 0})
+			apps(d)[0].(map[string]any)["cluster_id"] = "other"
+		})},
+		{"no admin left", "config_validation_failed", mutate(func(d map[string]any) {
+			d["users"].([]any)[0].(map[string]any)["role"] = "viewer"
+		})},
+	}
+	for _, c := range cases {
+		code, _, res := api.raw("POST", "/api/v1/config/import?apply=true", "application/json", c.body)
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(res, &e)
+		if code/100 != 4 || e.Error.Code != c.code {
+			t.Errorf("%s: %d %s, want a 4xx %s", c.name, code, res, c.code)
+		}
+		if got := export(t, api, "?secrets=true"); !bytes.Equal(got, before) {
+			t.Fatalf("%s changed the config:\n%s", c.name, got)
+		}
+		if v := version(); v != v0 {
+			t.Fatalf("%s moved the config version %s -> %s", c.name, v0, v)
+		}
+	}
+}

@@ -351,7 +351,7 @@ func fullConfig(t *testing.T, api *adminAPI) {
 	api.change("PUT", "/api/v1/connections/rt-app", map[string]any{"max_connections": 7, "burst_connections": 9})
 	api.change("PUT", "/api/v1/clusters/default/connections", map[string]any{"max_connections": 70, "reserved_ratio": 0.2})
 	api.change("POST", "/api/v1/rules", map[string]any{"id": "rt-rule", "scope": "user", "user_key": "header:X-User-Id",
-		"match": map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
+		"match":     map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
 		"algorithm": "fixed_window", "limit": 2, "window_seconds": 60})
 	api.change("PUT", "/api/v1/breakers/rt-backend", map[string]any{"failure_threshold": 3})
 }

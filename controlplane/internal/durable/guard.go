@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -67,6 +68,7 @@ type Guard struct {
 	restoring bool
 	replicas  int
 	repAt     time.Time
+	lastSnap  string // the last snapshot's epoch, version and config (not written twice)
 }
 
 // New returns a guard; Init decides the state, Run watches.
@@ -386,7 +388,15 @@ func (g *Guard) snapshot(ctx context.Context, exp Reader) {
 	}
 	var name string
 	if err == nil && !g.Lost() {
+		j, _ := json.Marshal(doc)
+		key := fmt.Sprint(epoch, " ", version, " ", string(j))
+		if key == g.lastSnap {
+			return
+		}
 		name, err = g.o.Backups.Write(Snapshot{Epoch: epoch, Version: version, TakenAt: time.Now().UTC().Format(time.RFC3339Nano), Config: doc})
+		if err == nil {
+			g.lastSnap = key
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -30,3 +30,7 @@ func AdminLoginFailures(kind, id string) string {
 
 // AdminAlerts is the hash alert id -> JSON alert.
 func AdminAlerts() string { return adminPrefix + "alerts" }
+
+// AppBuckets is the set of the buckets an app owns in Buckets: read by the control plane only
+// (to list them and to remove them with their app), so not part of keys.golden.
+func AppBuckets(app string) string { return rlPrefix + "app_buckets:" + app }

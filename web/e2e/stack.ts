@@ -27,8 +27,10 @@ export interface Stack {
   /** the control plane: API and console */
   base: string
   gateway: string
-  /** the demo storage backend behind the gateway (its failure switch answers loopback only) */
+  /** the demo storage backend behind the gateway */
   backend: string
+  /** the demo backend's failure switch: its own loopback listener, never behind the gateway */
+  backendAdmin: string
   /** host:port of the stack's redis-server */
   redis: string
   runDir: string
@@ -36,8 +38,8 @@ export interface Stack {
 }
 
 export async function startStack(): Promise<Stack> {
-  const [gw, cp, redis, backend, prom] = await Promise.all([freePort(), freePort(), freePort(), freePort(),
-    freePort()])
+  const [gw, cp, redis, backend, prom, backendAdmin] = await Promise.all([freePort(), freePort(), freePort(),
+    freePort(), freePort(), freePort()])
   const runDir = mkdtempSync(join(tmpdir(), 'tollgate-e2e-'))
   const env = {
     ...process.env,
@@ -45,6 +47,7 @@ export async function startStack(): Promise<Stack> {
     TOLLGATE_CP_ADDR: `127.0.0.1:${cp}`,
     TOLLGATE_REDIS_ADDR: `127.0.0.1:${redis}`,
     TOLLGATE_BACKEND_ADDR: `127.0.0.1:${backend}`,
+    TOLLGATE_BACKEND_ADMIN_ADDR: `127.0.0.1:${backendAdmin}`,
     TOLLGATE_PROMETHEUS_ADDR: `127.0.0.1:${prom}`,
     TOLLGATE_RUN_DIR: runDir,
     TOLLGATE_NODE_ID: 'gw-e2e',
@@ -64,6 +67,7 @@ export async function startStack(): Promise<Stack> {
     base: `http://127.0.0.1:${cp}`,
     gateway: `http://127.0.0.1:${gw}`,
     backend: `http://127.0.0.1:${backend}`,
+    backendAdmin: `http://127.0.0.1:${backendAdmin}`,
     redis: `127.0.0.1:${redis}`,
     runDir,
     async stop() {
@@ -138,8 +142,8 @@ export async function gatewayConfigVersion(stack: Pick<Stack, 'gateway'>): Promi
 }
 
 /** The demo backend's failure switch (README "Circuit breaker"): `fail?status=503`, `heal`. */
-export async function demoBackend(stack: Pick<Stack, 'backend'>, command: string): Promise<void> {
-  const res = await fetch(`${stack.backend}/_demo/${command}`, { method: 'POST' })
+export async function demoBackend(stack: Pick<Stack, 'backendAdmin'>, command: string): Promise<void> {
+  const res = await fetch(`${stack.backendAdmin}/_demo/${command}`, { method: 'POST' })
   if (!res.ok) throw new Error(`POST /_demo/${command}: ${res.status} ${await res.text()}`)
 }
 

@@ -212,3 +212,7 @@ func errTooLarge(limit int64) *apiError {
 	return newError(http.StatusBadRequest, "EntityTooLarge",
 		"Your proposed upload exceeds the maximum allowed size of %d bytes.", limit)
 }
+
+// Served is the number of storage requests the backend answered (failure-switch refusals and
+// refused credentials aside).
+func (s *Server) Served() int64 { return s.served.Load() }

@@ -170,7 +170,9 @@ func s3cmdClient(v2 bool) func(t *testing.T, e s3env) {
 			t.Fatal(err)
 		}
 		env := baseEnv(e.dir)
-		s := func(args ...string) string { return sh(t, env, "/usr/bin/s3cmd", append([]string{"-c", cfg}, args...)...) }
+		s := func(args ...string) string {
+			return sh(t, env, "/usr/bin/s3cmd", append([]string{"-c", cfg}, args...)...)
+		}
 		b := "s3://" + e.bucket
 		s("mb", b)
 		if !strings.Contains(s("ls"), e.bucket) {

@@ -48,7 +48,11 @@ echo "install-deps: Go modules (go.sum pinned)"
 GOFLAGS=-mod=readonly go mod download
 
 if [ -f web/package-lock.json ]; then
-    if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
+    if [ -L web/node_modules ]; then
+        # a link to an install shared by several checkouts: npm ci would empty the shared
+        # directory under everyone using it
+        echo "install-deps: web/node_modules links to a shared install; not touched"
+    elif [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
         echo "install-deps: npm packages (package-lock.json)"
         (cd web && npm ci --no-audit --no-fund --loglevel=error)
     else

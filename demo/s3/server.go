@@ -216,3 +216,12 @@ func errTooLarge(limit int64) *apiError {
 // Served is the number of storage requests the backend answered (failure-switch refusals and
 // refused credentials aside).
 func (s *Server) Served() int64 { return s.served.Load() }
+
+// ObjectCount is the number of objects in a bucket (-1 when it does not exist).
+func (s *Server) ObjectCount(bucket string) int {
+	l, err := s.mem.ListBucket(bucket, nil, gofakes3.ListBucketPage{})
+	if err != nil {
+		return -1
+	}
+	return len(l.Contents)
+}

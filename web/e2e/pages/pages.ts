@@ -213,7 +213,7 @@ export class AppDetailPage {
   }
 
   async addS3(kind: 'access-key' | 'bucket', value: string): Promise<void> {
-    await byTest(this.page, `${kind}-input`).locator('input').fill(value)
+    await input(this.page, `${kind}-input`).fill(value)
     await byTest(this.page, `${kind}-add`).click()
   }
 

@@ -133,7 +133,9 @@ start_all() {
 
     "$repo/scripts/render-gateway.sh" "$RUN_DIR/gateway" "$GATEWAY_ADDR" "$BACKEND_ADDR" \
         "$WORKERS" notice >/dev/null
+    # virtual-hosted S3 addressing: http://<bucket>.s3.localhost:<port>/<key>
     TOLLGATE_REDIS_URL=$REDIS_URL TOLLGATE_NODE_ID=$NODE_ID \
+        TOLLGATE_S3_DOMAINS=${TOLLGATE_S3_DOMAINS:-s3.localhost} \
         start_bg gateway nginx -p "$RUN_DIR/gateway" -c "$RUN_DIR/gateway/conf/nginx.conf"
     wait_for "gateway (http://$GATEWAY_ADDR)" curl -sf "http://$GATEWAY_ADDR/health"
 

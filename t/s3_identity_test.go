@@ -488,3 +488,20 @@ func TestS3BreakerRefusalIsServiceUnavailable(t *testing.T) {
 		t.Fatalf("breaker refusal: %d %+v %v", r.Status, e, r.Header)
 	}
 }
+
+// ratelimit_s3_cost_total counts what a request was charged in the end: GetObject's base and
+// the download bandwidth charged after the response.
+func TestS3OperationCostIncludesDownload(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putAccessKey(akidP1, "demo-p1")
+	waitKnown(t, g, akidP1)
+	series := `ratelimit_s3_cost_total{operation="GetObject"}`
+	before := g.Metric(series)
+	r := g.Do("GET", "/bkt/blob?size=300000", "", nil, map[string]string{"Authorization": sigV4(akidP1)})
+	if r.Status != 200 || len(r.Body) != 300000 || r.Cost() != 1 {
+		t.Fatalf("status %d len %d cost %d", r.Status, len(r.Body), r.Cost())
+	}
+	eventually(t, "GetObject cost 1 + 5 units", func() bool { return g.Metric(series) == before+6 },
+		func() { t.Logf("%v, want %v", g.Metric(series), before+6) })
+}

@@ -99,6 +99,7 @@ describe("addressing", function()
         { "localhost", "/", nil, nil },
         { "s3.localhost", "/", nil, nil },
         { "xs3.localhost", "/bkt/k", "bkt", "k" },       -- not a subdomain: path style
+        { "evils3.localhost", "/bkt/k", "bkt", "k" },
         { "127.0.0.1:9000", "/bkt/a/b/", "bkt", "a/b/" },
         { nil, "/bkt/k", "bkt", "k" },
     }

@@ -5,32 +5,32 @@
 --                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 local keys = require("tollgate.keys")
 local cost_mod = require("tollgate.cost")
-local scripts = require("tollgate.scripts")
-local rredis = require("tollgate.redis")
+local scripts = require("tollgate.redis.scripts")
+local rredis = require("tollgate.redis.client")
 local metrics = require("tollgate.metrics")
-local response = require("tollgate.response")
-local numvar = require("tollgate.numvar")
+local response = require("tollgate.request.response")
+local numvar = require("tollgate.request.numvar")
 local shm = require("tollgate.shm")
 local counters = require("tollgate.counters")
-local l3 = require("tollgate.l3_bucket")
-local sync = require("tollgate.sync")
-local watch = require("tollgate.watch")
-local deg = require("tollgate.degradation")
-local emergency = require("tollgate.emergency")
-local connlimit = require("tollgate.connlimit")
-local reservation = require("tollgate.reservation")
-local rules = require("tollgate.rules")
+local l3 = require("tollgate.lease.bucket")
+local sync = require("tollgate.lease.sync")
+local watch = require("tollgate.config.watch")
+local deg = require("tollgate.redis.degradation")
+local emergency = require("tollgate.lease.emergency")
+local connlimit = require("tollgate.conn.limiter")
+local reservation = require("tollgate.lease.reservation")
+local rules = require("tollgate.rules.check")
 local events = require("tollgate.events")
-local breaker = require("tollgate.breaker")
+local breaker = require("tollgate.breaker.breaker")
 
-local reqstate = require("tollgate.reqstate")
-local reqheaders = require("tollgate.reqheaders")
+local reqstate = require("tollgate.request.state")
+local reqheaders = require("tollgate.request.headers")
+local ipmatch = require("tollgate.request.ipmatch")
 local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
-local ipmatch = require("tollgate.ipmatch")
 
 local cjson = require("cjson.safe")
 local get_method = ngx.req.get_method
@@ -78,14 +78,14 @@ function _M.init(opts)
             ngx.log(ngx.WARN, "tollgate: no shared counter area (", err,
                 "); leases and connection counts live in their shared dicts")
         else
-            ok, err = require("tollgate.connlimit_track").map()
+            ok, err = require("tollgate.conn.track").map()
             if not ok then
                 ngx.log(ngx.WARN, "tollgate: no area for tracking records (", err,
                     "); they live in connlimit_dict")
             end
         end
     end
-    connlimit.configure(opts)
+    connlimit.configure(S)
     local set, err = scripts.load(S.scripts_dir)
     if not set then
         error("tollgate: " .. err, 0)
@@ -94,7 +94,7 @@ function _M.init(opts)
     local costs = S.costs
     if costs == nil then
         local perr
-        costs, perr = cost_mod.parse_list(os.getenv("TOLLGATE_COSTS"))
+        costs, perr = cost_mod.parse_list(S.cost_list)
         if not costs then
             error("tollgate: TOLLGATE_COSTS: " .. perr, 0)
         end
@@ -104,7 +104,7 @@ function _M.init(opts)
         error("tollgate: " .. cerr, 0)
     end
     CALC = calc
-    identity.configure(opts, S)
+    identity.configure(S)
     DOMAINS = identity.DOMAINS[1] and identity.DOMAINS or nil
     -- the headers the request path reads (identity, price, reservation estimates); rules and
     -- events read the rest through reqheaders.all

@@ -6,10 +6,9 @@
 -- app_of_bucket() alone (so that a later version can fetch keys on demand instead).
 local s3 = require("tollgate.s3")
 local keys = require("tollgate.keys")
-local ipmatch = require("tollgate.ipmatch")
-local hashload = require("tollgate.hashload")
+local ipmatch = require("tollgate.request.ipmatch")
+local hashload = require("tollgate.config.hashload")
 
-local getenv = os.getenv
 local type = type
 local tonumber = tonumber
 local find = string.find
@@ -33,17 +32,6 @@ _M.ERROR_S3 = false          -- TOLLGATE_ERROR_FORMAT=s3: every refusal in S3's 
 _M.THROTTLE_STATUS = 503
 _M.DELETE_MAX = 2 * 1048576  -- bytes of a DeleteObjects body read to count its keys
 
-local function setting(opts, field, env, default)
-    local v = opts[field]
-    if v == nil then
-        v = getenv(env)
-    end
-    if v == nil or v == "" then
-        return default
-    end
-    return v
-end
-
 local function split(s)
     local out = {}
     for item in s:gmatch("[^,]+") do
@@ -55,14 +43,14 @@ local function split(s)
     return out
 end
 
---- Parse the identity settings; error() on bad values (nginx refuses to start).
--- opts: the init() options; s: the gateway settings (app_header, trusted_proxies).
-function _M.configure(opts, s)
-    opts = opts or {}
+--- Take the identity settings of s (tollgate.settings: app_sources, app_header_from,
+-- default_app, s3_domains, error_format, s3_throttle_status, app_header, trusted_proxies);
+-- error() on bad values (nginx refuses to start).
+function _M.configure(s)
     app_header = s.app_header
     app_header_lc = lower(app_header)
     TRUSTED = s.trusted_proxies or {}
-    local src = setting(opts, "app_sources", "TOLLGATE_APP_SOURCES", "s3_access_key,header")
+    local src = s.app_sources or "s3_access_key,header"
     SOURCES, NSOURCES = {}, 0
     local seen = {}
     for _, name in ipairs(split(src)) do
@@ -89,20 +77,13 @@ function _M.configure(opts, s)
     if NSOURCES == 0 then
         error("TOLLGATE_APP_SOURCES must name at least one source", 0)
     end
-    local from = setting(opts, "app_header_from", "TOLLGATE_APP_HEADER_FROM", "any")
-    if from ~= "any" and from ~= "trusted" then
-        error("TOLLGATE_APP_HEADER_FROM must be 'any' or 'trusted', got '" .. from .. "'", 0)
-    end
-    TRUSTED_ONLY = from == "trusted"
+    TRUSTED_ONLY = s.app_header_from == "trusted"
     if TRUSTED_ONLY and #TRUSTED == 0 then
         error("TOLLGATE_APP_HEADER_FROM=trusted needs TOLLGATE_TRUSTED_PROXIES", 0)
     end
-    DEFAULT_APP = setting(opts, "default_app", "TOLLGATE_DEFAULT_APP", nil)
-    if DEFAULT_APP ~= nil and not keys.valid_id(DEFAULT_APP) then
-        error("TOLLGATE_DEFAULT_APP must match ^[A-Za-z0-9_-]{1,128}$", 0)
-    end
+    DEFAULT_APP = s.default_app
     local domains = {}
-    for _, d in ipairs(split(setting(opts, "s3_domains", "TOLLGATE_S3_DOMAINS", ""))) do
+    for _, d in ipairs(split(s.s3_domains or "")) do
         d = lower(d)
         if not d:match("^[%w][%w%.%-]*$") or find(d, "..", 1, true) then
             error("TOLLGATE_S3_DOMAINS: bad domain '" .. d .. "'", 0)
@@ -110,16 +91,8 @@ function _M.configure(opts, s)
         domains[#domains + 1] = d
     end
     _M.DOMAINS = domains
-    local fmt = setting(opts, "error_format", "TOLLGATE_ERROR_FORMAT", "auto")
-    if fmt ~= "auto" and fmt ~= "s3" then
-        error("TOLLGATE_ERROR_FORMAT must be 'auto' or 's3', got '" .. fmt .. "'", 0)
-    end
-    _M.ERROR_S3 = fmt == "s3"
-    local ts = tonumber(setting(opts, "s3_throttle_status", "TOLLGATE_S3_THROTTLE_STATUS", "503"))
-    if ts ~= 503 and ts ~= 429 then
-        error("TOLLGATE_S3_THROTTLE_STATUS must be 503 or 429", 0)
-    end
-    _M.THROTTLE_STATUS = ts
+    _M.ERROR_S3 = s.error_format == "s3"
+    _M.THROTTLE_STATUS = tonumber(s.s3_throttle_status) or 503
     return _M
 end
 

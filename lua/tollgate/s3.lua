@@ -17,16 +17,27 @@ local AMP = byte("&")
 local EQ = byte("=")
 local SLASH = byte("/")
 local COLON = byte(":")
+local COMMA = byte(",")
 
 --- true for an access key id tollgate accepts: AWS-style (AKIA..., 16-128 alphanumerics) and
 -- MinIO/Ceph-style keys (3-128 printable ASCII characters without '/', ',' or whitespace); the
--- first form is a case of the second.
+-- first form is a case of the second. A byte loop, not a pattern: LuaJIT compiles it (a
+-- pattern match would leave the request path's trace to the interpreter).
 function _M.valid_key(k)
     if type(k) ~= "string" then
         return false
     end
     local n = #k
-    return n >= 3 and n <= 128 and not find(k, "[^\33-\126]") and not find(k, "[/,]")
+    if n < 3 or n > 128 then
+        return false
+    end
+    for i = 1, n do
+        local b = byte(k, i)
+        if b < 33 or b > 126 or b == SLASH or b == COMMA then
+            return false
+        end
+    end
+    return true
 end
 
 local function hexval(c)
@@ -35,7 +46,7 @@ end
 
 --- Percent-decoding of a query value ('+' is a space, as in forms).
 local function unescape(s)
-    if not find(s, "[%%+]") then
+    if not find(s, "%", 1, true) and not find(s, "+", 1, true) then
         return s
     end
     s = gsub(s, "+", " ")
@@ -80,36 +91,33 @@ local function credential_key(v)
 end
 
 --- The access key id of an Authorization header, the form ("v4", "v2") and nil; or nil when
--- the header carries no S3 credentials.
+-- the header carries no S3 credentials (plain finds only: see valid_key).
 --   SigV4:  AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/aws4_request, ...
 --   SigV4a: AWS4-ECDSA-P256-SHA256 Credential=AKID/20130524/s3/aws4_request, ...
 --   SigV2:  AWS AKID:signature
 function _M.from_authorization(h)
-    if type(h) ~= "string" then
-        return nil
+    if type(h) ~= "string" or byte(h, 1) ~= 65 or byte(h, 2) ~= 87 or byte(h, 3) ~= 83 then
+        return nil                                  -- not "AWS..."
     end
-    if sub(h, 1, 5) == "AWS4-" then
+    local b4 = byte(h, 4)
+    if b4 == 52 and byte(h, 5) == 45 then           -- "AWS4-"
         local _, e = find(h, "Credential=", 6, true)
         if not e then
             return nil
         end
-        local stop = find(h, "[,%s]", e + 1)
-        local v = sub(h, e + 1, (stop or #h + 1) - 1)
-        return credential_key(v), "v4"
-    end
-    if sub(h, 1, 4) == "AWS " then
-        -- the signature (base64) has no ':', the key id is everything before the last one
-        local last
-        for i = #h, 5, -1 do
-            if byte(h, i) == COLON then
-                last = i
-                break
-            end
-        end
-        if not last then
+        local slash = find(h, "/", e + 1, true)
+        if not slash then
             return nil
         end
-        return sub(h, 5, last - 1), "v2"
+        return sub(h, e + 1, slash - 1), "v4"
+    end
+    if b4 == 32 then                                -- "AWS "
+        -- the signature (base64) has no ':', the key id is everything before the last one
+        for i = #h, 5, -1 do
+            if byte(h, i) == COLON then
+                return sub(h, 5, i - 1), "v2"
+            end
+        end
     end
     return nil
 end
@@ -121,7 +129,11 @@ function _M.from_query(q)
     end
     local v = arg(q, "X-Amz-Credential")
     if v then
-        return credential_key(unescape(v)), "presigned-v4"
+        local cut = find(v, "%2F", 1, true) or find(v, "%2f", 1, true) or find(v, "/", 1, true)
+        if not cut then
+            return nil
+        end
+        return unescape(sub(v, 1, cut - 1)), "presigned-v4"
     end
     v = arg(q, "AWSAccessKeyId")
     if v then

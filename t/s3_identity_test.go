@@ -401,6 +401,18 @@ func TestS3ErrorDialect(t *testing.T) {
 					t.Fatalf("no %s header: %v", h, r.Header)
 				}
 			}
+			eventually(t, "request_blocked event naming the access key", func() bool {
+				entries, err := s.rdb.XRange(context.Background(), keys.EventsStream(), "-", "+").Result()
+				if err != nil {
+					return false
+				}
+				for _, e := range entries {
+					if e.Values["event_type"] == "request_blocked" && e.Values["access_key_id"] == "AKIATINYTINYTINY" {
+						return true
+					}
+				}
+				return false
+			})
 			// the same app by header: today's JSON 429
 			j := g.Do("PUT", "/bkt/big", "tiny", strings.NewReader(strings.Repeat("x", 100)), nil)
 			if j.Status != 429 || j.Header.Get("Content-Type") != "application/json" {

@@ -84,15 +84,6 @@ func EventsStream() string { return rlPrefix + "events" }
 // Gateways is the registry of gateway nodes (no hash tag).
 func Gateways() string { return rlPrefix + "gateways" }
 
-// AccessKeys is the hash S3 access key id -> app id read by gateways (no hash tag).
-func AccessKeys() string { return rlPrefix + "access_keys" }
-
-// AppAccessKeys is the set of an app's access key ids (control-plane bookkeeping, no hash tag).
-func AppAccessKeys(app string) string { return rlPrefix + "app_access_keys:" + app }
-
-// Buckets is the hash bucket -> app id that charges anonymous requests (no hash tag).
-func Buckets() string { return rlPrefix + "buckets" }
-
 // ValidID reports whether s matches ^[A-Za-z0-9_-]{1,128}$, the only ids that may reach a key,
 // a log line or a metric label.
 func ValidID(s string) bool {
@@ -115,3 +106,15 @@ func idByte(c byte) bool {
 		return c == '_' || c == '-'
 	}
 }
+
+// AccessKeys is the hash S3 access key id -> app id the gateways identify requests by (no hash
+// tag): a key belongs to at most one app.
+func AccessKeys() string { return rlPrefix + "access_keys" }
+
+// AppAccessKeys is the set of an app's access key ids (no hash tag), the listing of one app's
+// keys without a scan of AccessKeys.
+func AppAccessKeys(app string) string { return rlPrefix + "app_access_keys:" + app }
+
+// Buckets is the hash bucket name -> app id that anonymous requests to a bucket are charged to
+// (no hash tag).
+func Buckets() string { return rlPrefix + "buckets" }

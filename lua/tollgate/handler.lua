@@ -365,14 +365,14 @@ function _M.access()
     end
     local covered = 0
     if op == "UploadPart" then
-        covered = reservation.draw(a, var.uri, cost - CALC.base[op])
+        covered = reservation.draw(a, uri, cost - CALC.base[op])
     end
     local charge = cost + estimate + reserve - covered
     local ok, x, y = l3.acquire(a, charge)
     ctx.tg_label = id
     ctx.tg_method = method
     if not ok then
-        reservation.undraw(a, var.uri, covered)
+        reservation.undraw(a, uri, covered)
         if x == "app_disabled" then
             return response.refuse(403, x, "the app is disabled")
         end
@@ -381,7 +381,7 @@ function _M.access()
         blocked_event(headers, id, x, "tier", 429, a.guaranteed, charge)
         return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
     end
-    if reserve > 0 and not reservation.open(a, var.uri, reserve) then
+    if reserve > 0 and not reservation.open(a, uri, reserve) then
         l3.refund(a, reserve, y)
         reserve = 0
     end

@@ -8,6 +8,7 @@ local s3 = require("tollgate.s3")
 local keys = require("tollgate.keys")
 local ipmatch = require("tollgate.request.ipmatch")
 local hashload = require("tollgate.config.hashload")
+local reqheaders = require("tollgate.request.headers")
 
 local type = type
 local tonumber = tonumber
@@ -98,7 +99,7 @@ end
 
 --- The request headers identity reads (besides the app header).
 function _M.headers()
-    local h = { "authorization", "content-type" }
+    local h = { "authorization" }
     if _M.DOMAINS[1] then
         h[#h + 1] = "host"
     end
@@ -201,7 +202,8 @@ end
 -- request body before proxying it by default (proxy_request_buffering on), so reading it here
 -- adds the parse of its first FORM_MAX bytes alone.
 local function form_key(headers)
-    local boundary = s3.form_boundary(headers["content-type"])
+    -- Content-Type is not among the headers read for every request: only this one needs it
+    local boundary = s3.form_boundary(reqheaders.all(headers)["content-type"])
     if not boundary then
         return nil
     end

@@ -20,6 +20,7 @@ local sync = require("tollgate.lease.sync")
 local watch = require("tollgate.config.watch")
 local deg = require("tollgate.redis.degradation")
 local emergency = require("tollgate.lease.emergency")
+local active = require("tollgate.lease.active")
 local connlimit = require("tollgate.conn.limiter")
 local reservation = require("tollgate.lease.reservation")
 local rules = require("tollgate.rules.check")
@@ -529,7 +530,7 @@ function _M.metrics()
     metrics.flush()
     local gauges = {}
     local dict, ctr = shm.dict, shm.ctr
-    for _, id in ipairs(config.app_ids()) do
+    for _, id in ipairs(active.list()) do   -- the apps with local state, not every app
         local k = shm.keys(id)
         local t = ctr:get(k.tokens)
         if t then
@@ -540,6 +541,7 @@ function _M.metrics()
         end
     end
     gauges["ratelimit_l3_cache_hit_ratio"] = metrics.hit_ratio()
+    gauges["ratelimit_sync_apps_visited"] = dict:get("sync:visited") or 0
     gauges["ratelimit_config_version"] = config.version() or 0
     gauges["ratelimit_degradation_level"] = deg.level()
     gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0

@@ -20,6 +20,7 @@ function _M.keys(id)
     end
     local p = "app:" .. id .. ":"
     k = {
+        id = id,
         tokens = p .. "tokens",                 -- lease held by this node (a counter)
         pending = p .. "pending",               -- lease admissions not yet reported (packed;
                                                 -- a counter)

@@ -30,19 +30,14 @@ import (
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	if len(os.Args) > 1 {
-		// the only argument: --version (settings come from the environment)
-		if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
-			fmt.Println(version.String("tollgate-controlplane"))
-			return
-		}
-		fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version]\n"+
-			"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
-		os.Exit(2)
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("tollgate-controlplane"))
+		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if len(os.Args) > 1 {
-		os.Exit(command(log, os.Args[1], os.Args[2:])) // export, import, diff, restore, backups (cli.go)
+		// export, import, diff, restore, backups (cli.go); anything else is a usage error there
+		os.Exit(command(log, os.Args[1], os.Args[2:]))
 	}
 	if err := run(log); err != nil {
 		log.Error("tollgate-controlplane stopped", "err", err)

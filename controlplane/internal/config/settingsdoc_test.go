@@ -57,10 +57,19 @@ var docComment = regexp.MustCompile(`^(.*\S)\s+\(([^;]*)(?:;\s*(.*))?\)$`)
 
 // controlPlaneSettings are the TOLLGATE_* constants of this package, each documented by its
 // line comment "meaning (default; bounds)".
-func controlPlaneSettings(t *testing.T) []setting {
+func controlPlaneSettings(t *testing.T) []setting { return constSettings(t, ".") }
+
+// demoSettings are those of the demo storage backend (demo/cmd/tollgate-demo-s3).
+func demoSettings(t *testing.T) []setting {
+	return constSettings(t, filepath.Join("..", "..", "..", "demo", "cmd", "tollgate-demo-s3"))
+}
+
+// constSettings are the TOLLGATE_* string constants of the Go package in dir, each documented
+// by its line comment "meaning (default; bounds)".
+func constSettings(t *testing.T, dir string) []setting {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool {
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")
 	}, parser.ParseComments)
 	if err != nil {
@@ -119,7 +128,7 @@ func code(s string) string {
 	return "`" + s + "`"
 }
 
-func renderSettings(gw, cp []setting) string {
+func renderSettings(gw, cp, demo []setting) string {
 	var b strings.Builder
 	b.WriteString(`# Settings
 
@@ -155,6 +164,18 @@ Durations are Go durations (` + "`500ms`, `60s`, `15m`, `12h`" + `).
 	for _, s := range cp {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", code(s.env), cell(s.def), cell(s.bounds), cell(s.meaning))
 	}
+	b.WriteString(`
+## Demo storage backend
+
+Environment variables of ` + "`tollgate-demo-s3`" + `, the in-memory S3 backend of ` + "`make run`" + ` and the tests
+(never part of a real deployment).
+
+| variable | default | bounds | meaning |
+|---|---|---|---|
+`)
+	for _, s := range demo {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", code(s.env), cell(s.def), cell(s.bounds), cell(s.meaning))
+	}
 	return b.String()
 }
 
@@ -175,12 +196,12 @@ func renderEnv(gw []setting) string {
 // TestSettingsDoc: docs/settings.md and nginx/tollgate_env.conf are what the two schemas
 // generate (make settings-doc writes them), and every control-plane variable is documented.
 func TestSettingsDoc(t *testing.T) {
-	gw, cp := gatewaySettings(t), controlPlaneSettings(t)
+	gw, cp, demo := gatewaySettings(t), controlPlaneSettings(t), demoSettings(t)
 	if len(gw) < 20 || len(cp) < 20 {
 		t.Fatalf("schemas too small: %d gateway, %d control-plane settings", len(gw), len(cp))
 	}
 	for _, f := range []struct{ path, want string }{
-		{"docs/settings.md", renderSettings(gw, cp)},
+		{"docs/settings.md", renderSettings(gw, cp, demo)},
 		{"nginx/tollgate_env.conf", renderEnv(gw)},
 	} {
 		path := filepath.Join(repo, f.path)

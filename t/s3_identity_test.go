@@ -517,3 +517,20 @@ func TestS3OperationCostIncludesDownload(t *testing.T) {
 	eventually(t, "GetObject cost 1 + 5 units", func() bool { return g.Metric(series) == before+6 },
 		func() { t.Logf("%v, want %v", g.Metric(series), before+6) })
 }
+
+// TOLLGATE_COSTS sets base costs by operation or by class (an operation over its class).
+func TestS3CostsAreConfigurable(t *testing.T) {
+	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_COSTS": "GetObject=2,LIST=4,ListParts=9"}})
+	g := s.gw()
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/bkt/k", 2}, {"GET", "/bkt?list-type=2", 4}, {"GET", "/", 4},
+		{"GET", "/bkt/k?uploadId=1", 9}, {"HEAD", "/bkt/k", 1}, {"DELETE", "/bkt/k", 2},
+	} {
+		if r := g.Do(c.method, c.path, "demo-p1", nil, nil); r.Status != 200 || r.Cost() != c.want {
+			t.Fatalf("%s %s: status %d cost %d, want %d", c.method, c.path, r.Status, r.Cost(), c.want)
+		}
+	}
+}

@@ -472,8 +472,10 @@ func TestS3BackendAuthFailuresAreRefunded(t *testing.T) {
 			return false
 		}
 		for _, e := range entries {
+			// current_usage: the client IP's refusals in the last minute (1 at the first)
 			if e.Values["event_type"] == "auth_failed" && e.Values["access_key_id"] == akidP1 &&
-				e.Values["ip_address"] == "127.0.0.1" && e.Values["app_id"] == "demo-p1" {
+				e.Values["ip_address"] == "127.0.0.1" && e.Values["app_id"] == "demo-p1" &&
+				e.Values["current_usage"] == "1" {
 				return true
 			}
 		}

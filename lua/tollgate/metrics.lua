@@ -61,12 +61,12 @@ local HELP = {
     ratelimit_circuit_rejected_total = { "counter", "Requests refused by an open breaker." },
     ratelimit_circuit_transitions_total = { "counter", "Breaker state changes by target state." },
     ratelimit_events_dropped_total = { "counter", "Event entries lost (queue full, Redis down)." },
+    tollgate_build_info = { "gauge", "Always 1: the version of this build, by component." },
     ratelimit_s3_operations_total = { "counter", "Admitted requests by S3 operation." },
     ratelimit_s3_cost_total = { "counter",
         "Tokens charged by S3 operation (after post-hoc charges and refunds)." },
     ratelimit_auth_failures_total = { "counter",
         "Requests the backend refused as unauthenticated (refunded), by the app charged." },
-    tollgate_build_info = { "gauge", "Always 1: the version of this build, by component." },
 }
 
 -- per-worker accumulators

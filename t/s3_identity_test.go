@@ -536,3 +536,34 @@ func TestS3CostsAreConfigurable(t *testing.T) {
 		}
 	}
 }
+
+// SigV4 streaming uploads (aws-chunked, signed chunks or unsigned with a checksum trailer) are
+// PutObject, charged on the bytes they send.
+func TestS3StreamingPutIsPutObject(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putAccessKey(akidP1, "demo-p1")
+	waitKnown(t, g, akidP1)
+	ops := `ratelimit_s3_operations_total{operation="PutObject"}`
+	before := g.Metric(ops)
+	payload := strings.Repeat("p", 70000)
+	signed := fmt.Sprintf("%x;chunk-signature=%s\r\n%s\r\n0;chunk-signature=%s\r\n\r\n",
+		len(payload), strings.Repeat("a", 64), payload, strings.Repeat("b", 64))
+	unsigned := fmt.Sprintf("%x\r\n%s\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n", len(payload), payload)
+	for _, c := range []struct{ sha, body, trailer string }{
+		{"STREAMING-AWS4-HMAC-SHA256-PAYLOAD", signed, ""},
+		{"STREAMING-UNSIGNED-PAYLOAD-TRAILER", unsigned, "x-amz-checksum-crc32"},
+	} {
+		hdr := map[string]string{"Authorization": sigV4(akidP1), "Content-Encoding": "aws-chunked",
+			"X-Amz-Content-Sha256": c.sha, "X-Amz-Decoded-Content-Length": fmt.Sprint(len(payload))}
+		if c.trailer != "" {
+			hdr["X-Amz-Trailer"] = c.trailer
+		}
+		r := g.Do("PUT", "/bkt/streamed", "", strings.NewReader(c.body), hdr)
+		want := 5 + (len(c.body)+65535)/65536
+		if r.Status != 200 || r.Cost() != want {
+			t.Fatalf("%s: status %d cost %d, want 200 and %d", c.sha, r.Status, r.Cost(), want)
+		}
+	}
+	eventually(t, "two PutObject", func() bool { return g.Metric(ops) == before+2 })
+}

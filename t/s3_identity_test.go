@@ -428,10 +428,24 @@ func TestS3ErrorDialect(t *testing.T) {
 		})
 	}
 	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_ERROR_FORMAT": "s3"}})
-	r := s.gw().Do("GET", "/bkt/k", "", nil, nil)
+	g := s.gw()
+	r := g.Do("GET", "/bkt/k", "", nil, nil)
 	if r.Status != 403 || parseS3Error(t, r).Code != "AccessDenied" ||
 		r.Header.Get("X-Tollgate-Reason") != "missing_app_id" {
 		t.Fatalf("TOLLGATE_ERROR_FORMAT=s3, anonymous: %d %s", r.Status, r.Body)
+	}
+	r = g.Do("PROPFIND", "/bkt/k", "demo-p1", nil, nil)
+	if r.Status != 405 || parseS3Error(t, r).Code != "MethodNotAllowed" {
+		t.Fatalf("TOLLGATE_ERROR_FORMAT=s3, unsupported method: %d %s", r.Status, r.Body)
+	}
+	// a key whose app is gone: AccessDenied, as S3 answers a key without permissions
+	s.putAccessKey("AKIAGHOSTAPPKEY00001", "ghost")
+	eventually(t, "the ghost app's key loaded", func() bool {
+		r = g.Do("GET", "/bkt/k", "", nil, map[string]string{"Authorization": sigV4("AKIAGHOSTAPPKEY00001")})
+		return r.Header.Get("X-Tollgate-Reason") == "unknown_app"
+	})
+	if r.Status != 403 || parseS3Error(t, r).Code != "AccessDenied" {
+		t.Fatalf("key of an unknown app: %d %s", r.Status, r.Body)
 	}
 }
 

@@ -40,7 +40,7 @@ func TestAdmittedRequestCarriesCostHeaders(t *testing.T) {
 
 // X-RateLimit-Remaining is the lease's exact remaining tokens at any size: up to 65535 the
 // header variable takes a cached string, above it the digits are written into a C buffer
-// (tollgate.numvar) — both sides of that edge, every digit count, and random values. (Never 0:
+// (tollgate.request.numvar) — both sides of that edge, every digit count, and random values. (Never 0:
 // an empty lease would start a refill that lands in a later case.)
 func TestRemainingHeaderIsExact(t *testing.T) {
 	s := newStack(t, stackOptions{env: quiet(map[string]string{"TOLLGATE_RESERVE_TARGET": "1"})})

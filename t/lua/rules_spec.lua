@@ -1,13 +1,13 @@
 -- Pure logic of the rules: CIDR and client IP, path globs, rule validation, and the window
 -- math of the node algorithms on an in-memory dict with a fake clock.
 package.path = "lua/?.lua;" .. package.path
-local ipmatch = require("tollgate.ipmatch")
+local ipmatch = require("tollgate.request.ipmatch")
 local cjson = require("cjson.safe")
 
 -- the modules below only read ngx.* when called in nginx; keys needs nothing
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
-local parse = require("tollgate.rules_parse")
-local algo = require("tollgate.rules_local")
+local parse = require("tollgate.rules.parse")
+local algo = require("tollgate.rules.local")
 
 -- a shared dict with the semantics tollgate uses (incr with init and TTL, add, set, get)
 local function fake_dict(clock)

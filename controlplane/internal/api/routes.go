@@ -108,7 +108,7 @@ func (s *server) table() []route {
 		{post, v1 + "/config/import", admin, s.importConfig},
 		{get, v1 + "/config/backups", admin, s.listBackups},
 		{post, v1 + "/config/restore", admin, s.restoreConfig},
-		{get, v1 + "/ws", viewer, s.websocket},
+		{get, wsPath, viewer, s.websocket},
 	}
 }
 

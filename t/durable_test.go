@@ -505,3 +505,69 @@ func TestBadConfigImportChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// Another store answering (its epoch changed) is lost while the users are still there: config
+// writes are refused with 409 config_store_lost, and the admin restores through the API (dry run
+// with the diff first), after which writes go through again.
+func TestConfigRestoreThroughTheAPI(t *testing.T) {
+	r := testutil.StartRedis(t)
+	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "keep-me", "cluster_id": "default",
+		"guaranteed_quota": 100, "burst_quota": 100, "priority": 2})
+	ctx := context.Background()
+	rdb := r.Client()
+	epoch, _ := rdb.Get(ctx, "ratelimit:config:epoch").Result()
+	harness.Eventually(t, 10*time.Second, "a snapshot of the current version", func() bool {
+		v, _ := rdb.Get(ctx, "ratelimit:config:version").Result()
+		m, _ := filepath.Glob(filepath.Join(cp.BackupDir, "config-*-v"+v+".json"))
+		return len(m) > 0
+	})
+	// another store: a new epoch, and keep-me gone
+	if err := rdb.Set(ctx, "ratelimit:config:epoch", "0123456789abcdef0123456789abcdef", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HDel(ctx, "ratelimit:apps", "keep-me").Err(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 5*time.Second, "the control plane reports epoch_changed", func() bool {
+		st, reason := cpHealth(cp)
+		return st == "config_store_lost" && strings.HasPrefix(reason, "epoch_changed")
+	})
+	body, _ := json.Marshal(map[string]any{"app_id": "new-one", "cluster_id": "default",
+		"guaranteed_quota": 10, "burst_quota": 10, "priority": 2})
+	if code, _, b := api.raw("POST", "/api/v1/apps", "application/json", body); code != 409 ||
+		!bytes.Contains(b, []byte(`"config_store_lost"`)) {
+		t.Fatalf("a write into the lost store: %d %s, want 409 config_store_lost", code, b)
+	}
+	code, _, b := api.raw("POST", "/api/v1/config/restore", "", nil)
+	if code != 200 || !bytes.Contains(b, []byte(`"apps[keep-me].app_id"`)) || !bytes.Contains(b, []byte(`"dry_run":true`)) {
+		t.Fatalf("restore dry run: %d %s", code, b)
+	}
+	if ok, _ := rdb.HExists(ctx, "ratelimit:apps", "keep-me").Result(); ok {
+		t.Fatal("the dry run wrote")
+	}
+	if code, _, b := api.raw("POST", "/api/v1/config/restore?apply=true", "", nil); code != 200 {
+		t.Fatalf("restore: %d %s", code, b)
+	}
+	if got, _ := rdb.Get(ctx, "ratelimit:config:epoch").Result(); got != epoch {
+		t.Fatalf("epoch after the restore %q, want the one the control plane knew %q", got, epoch)
+	}
+	if ok, _ := rdb.HExists(ctx, "ratelimit:apps", "keep-me").Result(); !ok {
+		t.Fatal("keep-me not restored")
+	}
+	if st, _ := cpHealth(cp); st != "ok" {
+		t.Fatalf("/health %s after the restore", st)
+	}
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "new-one", "cluster_id": "default",
+		"guaranteed_quota": 10, "burst_quota": 10, "priority": 2})
+	var audit struct {
+		Data []struct {
+			Action string `json:"action"`
+		} `json:"data"`
+	}
+	api.do("GET", "/api/v1/audit?action=config.restore*", nil, &audit)
+	if len(audit.Data) != 2 || audit.Data[0].Action != "config.restore" || audit.Data[1].Action != "config.restore.dry_run" {
+		t.Fatalf("audit: %+v", audit.Data)
+	}
+}

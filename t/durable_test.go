@@ -540,6 +540,9 @@ func TestConfigRestoreThroughTheAPI(t *testing.T) {
 		!bytes.Contains(b, []byte(`"config_store_lost"`)) {
 		t.Fatalf("a write into the lost store: %d %s, want 409 config_store_lost", code, b)
 	}
+	if n, _ := rdb.Exists(ctx, "ratelimit:{default}:l2:new-one").Result(); n != 0 {
+		t.Fatal("the refused write left the app's L2 bucket in the lost store")
+	}
 	code, _, b := api.raw("POST", "/api/v1/config/restore", "", nil)
 	if code != 200 || !bytes.Contains(b, []byte(`"apps[keep-me].app_id"`)) || !bytes.Contains(b, []byte(`"dry_run":true`)) {
 		t.Fatalf("restore dry run: %d %s", code, b)

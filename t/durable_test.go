@@ -277,6 +277,7 @@ func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
 	if n := strings.Count(g.ErrorLog(), "config store lost"); n != 1 {
 		t.Fatalf("the gateway logged the loss %d times, want once", n)
 	}
+	t.Logf("%d lines 'L2 state of … missing' in the error log", strings.Count(g.ErrorLog(), "missing in Redis"))
 }
 
 // A replica promoted before it synced (Sentinel): with WAIT on, every config write the control

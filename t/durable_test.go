@@ -514,6 +514,7 @@ func TestConfigRestoreThroughTheAPI(t *testing.T) {
 	r := testutil.StartRedis(t)
 	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
 	api := loginAdmin(t, cp)
+	feed := subscribeAlerts(t, api)
 	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "keep-me", "cluster_id": "default",
 		"guaranteed_quota": 100, "burst_quota": 100, "priority": 2})
 	ctx := context.Background()
@@ -534,6 +535,11 @@ func TestConfigRestoreThroughTheAPI(t *testing.T) {
 	harness.Eventually(t, 5*time.Second, "the control plane reports epoch_changed", func() bool {
 		st, reason := cpHealth(cp)
 		return st == "config_store_lost" && strings.HasPrefix(reason, "epoch_changed")
+	})
+	harness.Eventually(t, 5*time.Second, "the alert pushed over the WebSocket and listed by the API", func() bool {
+		a, pushed := feed.pushed("config_store_lost-config", true)
+		listed := activeAlerts(api)["config_store_lost-config"]
+		return pushed && a.Severity == "critical" && a.Kind == "config_store_lost" && listed.Active
 	})
 	body, _ := json.Marshal(map[string]any{"app_id": "new-one", "cluster_id": "default",
 		"guaranteed_quota": 10, "burst_quota": 10, "priority": 2})
@@ -563,6 +569,10 @@ func TestConfigRestoreThroughTheAPI(t *testing.T) {
 	if st, _ := cpHealth(cp); st != "ok" {
 		t.Fatalf("/health %s after the restore", st)
 	}
+	harness.Eventually(t, 5*time.Second, "the alert resolved over the WebSocket", func() bool {
+		_, resolved := feed.pushed("config_store_lost-config", false)
+		return resolved
+	})
 	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "new-one", "cluster_id": "default",
 		"guaranteed_quota": 10, "burst_quota": 10, "priority": 2})
 	var audit struct {

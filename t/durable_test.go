@@ -585,3 +585,56 @@ func TestConfigRestoreThroughTheAPI(t *testing.T) {
 		t.Fatalf("audit: %+v", audit.Data)
 	}
 }
+
+// A control plane that starts on a wiped store knows the epoch from its newest snapshot: the
+// store is lost from the start, nothing is seeded (even with TOLLGATE_SEED_DEMO=true), no first
+// admin is created, and the restore from the command line brings everything back.
+func TestControlPlaneStartingOnAWipedStoreSeedsNothing(t *testing.T) {
+	r := testutil.StartRedis(t)
+	backups := t.TempDir()
+	env := cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true", "TOLLGATE_CONFIG_BACKUP_DIR": backups})
+	cp := harness.StartControlPlane(t, r.URL(), env)
+	api := loginAdmin(t, cp)
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "mine", "cluster_id": "default",
+		"guaranteed_quota": 100, "burst_quota": 100, "priority": 2})
+	ctx := context.Background()
+	rdb := r.Client()
+	harness.Eventually(t, 10*time.Second, "a snapshot of the current version", func() bool {
+		v, _ := rdb.Get(ctx, "ratelimit:config:version").Result()
+		m, _ := filepath.Glob(filepath.Join(backups, "config-*-v"+v+".json"))
+		return len(m) > 0
+	})
+	cp.Stop()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cp2 := harness.StartControlPlane(t, r.URL(), env)
+	if st, reason := cpHealth(cp2); st != "config_store_lost" || !strings.HasPrefix(reason, "epoch_missing") {
+		t.Fatalf("/health %s %s, want config_store_lost epoch_missing", st, reason)
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		keys, _ := rdb.Keys(ctx, "*").Result()
+		for _, k := range keys {
+			if strings.HasPrefix(k, "ratelimit:apps") || strings.HasPrefix(k, "ratelimit:clusters") ||
+				strings.HasPrefix(k, "ratelimit:admin:users") || strings.HasPrefix(k, "ratelimit:config:") {
+				t.Fatalf("the control plane wrote %s into the wiped store (all keys: %v)", k, keys)
+			}
+		}
+	}
+	if out, stderr, code := cp2.Command("restore", "-apply"); code != 0 {
+		t.Fatalf("restore: exit %d\n%s\n%s", code, out, stderr)
+	}
+	harness.Eventually(t, 5*time.Second, "/health ok after the restore", func() bool {
+		st, _ := cpHealth(cp2)
+		return st == "ok"
+	})
+	api2 := loginAdmin(t, cp2)
+	var app struct {
+		Data struct {
+			AppID string `json:"app_id"`
+		} `json:"data"`
+	}
+	if code := api2.do("GET", "/api/v1/apps/mine", nil, &app); code != 200 || app.Data.AppID != "mine" {
+		t.Fatalf("GET mine after the restore: %d %+v", code, app)
+	}
+}

@@ -42,6 +42,9 @@ func builders() map[string]builder {
 		"rule_counter":      {1, func(a []string) string { return RuleCounter(a[0]) }},
 		"breakers_index":    {0, func([]string) string { return BreakersIndex() }},
 		"events_stream":     {0, func([]string) string { return EventsStream() }},
+		"access_keys":       {0, func([]string) string { return AccessKeys() }},
+		"app_access_keys":   {1, func(a []string) string { return AppAccessKeys(a[0]) }},
+		"buckets":           {0, func([]string) string { return Buckets() }},
 	}
 }
 

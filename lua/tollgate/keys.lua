@@ -35,5 +35,9 @@ function _M.rule_stats() return "ratelimit:rules:stats" end
 function _M.rule_counter(r) return "ratelimit:rule:{" .. r .. "}:" end
 function _M.breakers_index() return "ratelimit:breakers" end
 function _M.events_stream() return "ratelimit:events" end
+-- S3 identity (no hash tag): access key id -> app, an app's key ids, bucket -> app
+function _M.access_keys() return "ratelimit:access_keys" end
+function _M.app_access_keys(a) return "ratelimit:app_access_keys:" .. a end
+function _M.buckets() return "ratelimit:buckets" end
 
 return _M

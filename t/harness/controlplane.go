@@ -54,7 +54,11 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// controlPlaneBinary builds the control plane once per test binary.
+// ControlPlaneBinary is the control plane the harness built (once per test binary, with the
+// checkout's version linked in as make build does).
+func ControlPlaneBinary(t testing.TB) string { return controlPlaneBinary(t) }
+
+// controlPlaneBinary builds the control plane (and the demo backend) once per test binary.
 func controlPlaneBinary(t testing.TB) string {
 	t.Helper()
 	cpBuild.Do(func() {
@@ -66,7 +70,10 @@ func controlPlaneBinary(t testing.TB) string {
 		cpDir = dir
 		cpBin = filepath.Join(dir, "tollgate-controlplane")
 		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		cmd := exec.Command(goBin, "build", "-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
+		// the demo backend too: BinDir is a bin/ for scripts/stack.sh (TOLLGATE_BIN_DIR)
+		cmd := exec.Command(goBin, "build", "-ldflags", "-X tollgate/internal/version.Version="+Version(t),
+			"-o", dir+string(filepath.Separator),
+			"./controlplane/cmd/tollgate-controlplane", "./demo/cmd/tollgate-demo-s3")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cpBuildErr = err
@@ -77,6 +84,12 @@ func controlPlaneBinary(t testing.TB) string {
 		t.Fatalf("harness: build control plane: %v\n%s", cpBuildErr, cpBin)
 	}
 	return cpBin
+}
+
+// BinDir is a directory with the binaries `make build` puts into bin/ (tollgate-controlplane,
+// tollgate-demo-s3), built once per test binary.
+func BinDir(t testing.TB) string {
+	return filepath.Dir(controlPlaneBinary(t))
 }
 
 // RemoveBuilds deletes what the harness built for this test binary (the control plane's

@@ -24,11 +24,22 @@ import (
 	"tollgate/internal/scripts"
 	"tollgate/internal/seed"
 	"tollgate/internal/store"
+	"tollgate/internal/version"
 )
 
 const shutdownTimeout = 10 * time.Second
 
 func main() {
+	if len(os.Args) > 1 {
+		// the only argument: --version (settings come from the environment)
+		if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+			fmt.Println(version.String("tollgate-controlplane"))
+			return
+		}
+		fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version]\n"+
+			"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
+		os.Exit(2)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if len(os.Args) > 1 {
 		os.Exit(command(log, os.Args[1], os.Args[2:])) // export, import, diff, restore, backups (cli.go)
@@ -44,7 +55,7 @@ func run(log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	log.Info("starting tollgate-controlplane", "config", cfg)
+	log.Info("starting tollgate-controlplane", "version", version.Version, "config", cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/controlplane/internal/durable"
+	"tollgate/internal/version"
 )
 
 type healthOK struct {
@@ -20,11 +21,13 @@ type healthOK struct {
 	Scripts       int             `json:"scripts"`
 	ConfigVersion int64           `json:"config_version"`
 	ConfigStore   *durable.Status `json:"config_store,omitempty"`
+	Version       string          `json:"version"` // of this build (internal/version)
 }
 
 type healthDown struct {
-	Status string `json:"status"`
-	Redis  string `json:"redis"`
+	Status  string `json:"status"`
+	Redis   string `json:"redis"`
+	Version string `json:"version"`
 }
 
 // health answers 200 when Redis answers PING within the health timeout (reloading any script
@@ -38,7 +41,8 @@ func (s *server) health(c *gin.Context) {
 	if err != nil {
 		reason := redisReason(err)
 		s.opts.Logger.Warn("health: redis unavailable", "reason", reason, "err", err)
-		c.JSON(http.StatusServiceUnavailable, healthDown{Status: "unavailable", Redis: reason})
+		c.JSON(http.StatusServiceUnavailable, healthDown{Status: "unavailable", Redis: reason,
+			Version: version.Version})
 		return
 	}
 	c.JSON(http.StatusOK, body)
@@ -56,7 +60,8 @@ func (s *server) check(ctx context.Context) (healthOK, error) {
 	if err != nil {
 		return healthOK{}, err
 	}
-	h := healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v}
+	h := healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v,
+		Version: version.Version}
 	if s.opts.Guard != nil {
 		st := s.opts.Guard.Status()
 		h.ConfigStore = &st

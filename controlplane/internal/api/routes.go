@@ -67,6 +67,15 @@ func (s *server) table() []route {
 		{get, v1 + "/apps/:id", viewer, s.getApp},
 		{put, v1 + "/apps/:id", operator, s.updateApp},
 		{del, v1 + "/apps/:id", operator, s.deleteApp},
+		{get, v1 + "/apps/:id/access-keys", viewer, s.listAccessKeys},
+		{post, v1 + "/apps/:id/access-keys", operator, s.addAccessKey},
+		{del, v1 + "/apps/:id/access-keys/:key", operator, s.removeAccessKey},
+		{get, v1 + "/apps/:id/buckets", viewer, s.listAppBuckets},
+
+		{get, v1 + "/buckets", viewer, s.listBuckets},
+		{get, v1 + "/buckets/:bucket", viewer, s.getBucket},
+		{put, v1 + "/buckets/:bucket", operator, s.putBucket},
+		{del, v1 + "/buckets/:bucket", operator, s.deleteBucket},
 
 		{get, v1 + "/rules", viewer, s.listRules},
 		{post, v1 + "/rules", operator, s.createRule},

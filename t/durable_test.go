@@ -67,7 +67,7 @@ func cpHealth(cp *harness.ControlPlane) (status, reason string) {
 
 func gwHealth(t *testing.T, g *harness.Gateway) (status, epoch string) {
 	t.Helper()
-	resp, err := g.Client.Get(g.URL + "/health")
+	resp, err := g.Client.Get(g.MetricsURL + "/health")
 	if err != nil {
 		return "", ""
 	}
@@ -171,7 +171,7 @@ func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
 	cp := harness.StartControlPlane(t, s.redis.URL(), cpEnv(nil))
 	ctx := context.Background()
 	epoch := ""
-	harness.Eventually(t, 5*time.Second, "the store's epoch written and known by the gateway", func() bool {
+	harness.Eventually(t, 10*time.Second, "the store's epoch written and known by the gateway", func() bool {
 		epoch, _ = s.rdb.Get(ctx, "ratelimit:config:epoch").Result()
 		_, ge := gwHealth(t, g)
 		return epoch != "" && ge == epoch
@@ -355,6 +355,14 @@ func fullConfig(t *testing.T, api *adminAPI) {
 		"match":     map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
 		"algorithm": "fixed_window", "limit": 2, "window_seconds": 60})
 	api.change("PUT", "/api/v1/breakers/rt-backend", map[string]any{"failure_threshold": 3})
+	for _, k := range []string{"AKIAROUNDTRIP0001", "minio-rt-key"} {
+		if code := api.do("POST", "/api/v1/apps/rt-app/access-keys", map[string]any{"access_key_id": k}, nil); code != 201 {
+			t.Fatalf("access key %s: %d", k, code)
+		}
+	}
+	if code := api.do("PUT", "/api/v1/buckets/rt-photos", map[string]any{"app_id": "rt-app"}, nil); code/100 != 2 {
+		t.Fatalf("bucket: %d", code)
+	}
 }
 
 // An export imported into an empty store exports identically (JSON and YAML, with and without
@@ -367,7 +375,8 @@ func TestConfigExportImportRoundTrip(t *testing.T) {
 	withSecrets := export(t, a, "?secrets=true")
 	plain := export(t, a, "")
 	yml := export(t, a, "?format=yaml")
-	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`} {
+	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`,
+		`"AKIAROUNDTRIP0001"`, `"rt-photos"`} {
 		if !bytes.Contains(plain, []byte(want)) {
 			t.Fatalf("the export lacks %s:\n%s", want, plain)
 		}

@@ -22,6 +22,7 @@ import (
 )
 
 const cliUsage = `usage: tollgate-controlplane                 run the control plane
+       tollgate-controlplane --version
        tollgate-controlplane export [-format json|yaml] [-secrets] [-o FILE]
        tollgate-controlplane diff FILE            what import FILE would change
        tollgate-controlplane import [-apply] FILE  dry run (the diff) unless -apply
@@ -30,8 +31,9 @@ const cliUsage = `usage: tollgate-controlplane                 run the control p
                                                   TOLLGATE_CONFIG_BACKUP_DIR) back into an
                                                   empty or lost store; dry run unless -apply
        tollgate-controlplane backups              list the snapshots, newest first
-The Redis and the backup directory come from the same environment as the server
-(TOLLGATE_REDIS_URL, TOLLGATE_CONFIG_BACKUP_DIR, ...). Exit status: 0 done, 1 error,
+Settings are TOLLGATE_* environment variables (docs/settings.md): the Redis and the backup
+directory come from the same environment as the server (TOLLGATE_REDIS_URL,
+TOLLGATE_CONFIG_BACKUP_DIR, ...). Exit status: 0 done, 1 error,
 2 bad cliUsage, 3 a dry run or diff that found changes or violations.
 `
 

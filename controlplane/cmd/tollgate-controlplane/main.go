@@ -30,18 +30,12 @@ import (
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	if len(os.Args) > 1 {
-		// the only argument: --version (settings come from the environment)
-		if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
-			fmt.Println(version.String("tollgate-controlplane"))
-			return
-		}
-		fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version]\n"+
-			"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
-		os.Exit(2)
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("tollgate-controlplane"))
+		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if len(os.Args) > 1 {
+	if len(os.Args) > 1 { // settings come from the environment; arguments name a subcommand
 		os.Exit(command(log, os.Args[1], os.Args[2:])) // export, import, diff, restore, backups (cli.go)
 	}
 	if err := run(log); err != nil {

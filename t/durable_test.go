@@ -559,6 +559,13 @@ func TestConfigRestoreThroughTheAPI(t *testing.T) {
 	if n, _ := rdb.Exists(ctx, "ratelimit:{default}:l2:new-one").Result(); n != 0 {
 		t.Fatal("the refused write left the app's L2 bucket in the lost store")
 	}
+	key, _ := json.Marshal(map[string]any{"access_key_id": "AKIALOSTSTORE0001"})
+	if code, _, b := api.raw("POST", "/api/v1/apps/demo-p1/access-keys", "application/json", key); code != 409 {
+		t.Fatalf("an access key into the lost store: %d %s, want 409", code, b)
+	}
+	if n, _ := rdb.HLen(ctx, "ratelimit:access_keys").Result(); n != 0 {
+		t.Fatal("the refused access key is in the lost store")
+	}
 	code, _, b := api.raw("POST", "/api/v1/config/restore", "", nil)
 	if code != 200 || !bytes.Contains(b, []byte(`"apps[keep-me].app_id"`)) || !bytes.Contains(b, []byte(`"dry_run":true`)) {
 		t.Fatalf("restore dry run: %d %s", code, b)

@@ -94,7 +94,7 @@ func command(log *slog.Logger, name string, args []string) int {
 		return 1
 	}
 	st := store.New(rdb, set)
-	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster,
+	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster, RedisID: cfg.Redis().String(),
 		Backups: backups, Wait: cfg.Durable.Wait, WaitTime: cfg.Durable.WaitTimeout, Logger: quiet,
 		MaxGateway: durable.MaxGatewayVersion(rdb)})
 	if err := g.Init(ctx); err != nil {

@@ -101,7 +101,7 @@ func run(log *slog.Logger) error {
 func startGuard(ctx context.Context, log *slog.Logger, cfg config.Config, rdb redis.UniversalClient,
 	st *store.Store) (*durable.Guard, *durable.Backups, error) {
 	backups := &durable.Backups{Dir: cfg.Durable.BackupDir, Keep: cfg.Durable.BackupKeep}
-	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster,
+	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster, RedisID: cfg.Redis().String(),
 		Backups: backups, Wait: cfg.Durable.Wait, WaitTime: cfg.Durable.WaitTimeout, Check: cfg.Durable.StoreCheck,
 		Logger: log, MaxGateway: durable.MaxGatewayVersion(rdb)})
 	if err := g.Init(ctx); err != nil {

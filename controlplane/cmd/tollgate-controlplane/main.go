@@ -35,9 +35,8 @@ func main() {
 		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if len(os.Args) > 1 {
-		// export, import, diff, restore, backups (cli.go); anything else is a usage error there
-		os.Exit(command(log, os.Args[1], os.Args[2:]))
+	if len(os.Args) > 1 { // settings come from the environment; arguments name a subcommand
+		os.Exit(command(log, os.Args[1], os.Args[2:])) // export, import, diff, restore, backups (cli.go)
 	}
 	if err := run(log); err != nil {
 		log.Error("tollgate-controlplane stopped", "err", err)
@@ -102,7 +101,7 @@ func run(log *slog.Logger) error {
 func startGuard(ctx context.Context, log *slog.Logger, cfg config.Config, rdb redis.UniversalClient,
 	st *store.Store) (*durable.Guard, *durable.Backups, error) {
 	backups := &durable.Backups{Dir: cfg.Durable.BackupDir, Keep: cfg.Durable.BackupKeep}
-	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster,
+	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster, RedisID: cfg.Redis().String(),
 		Backups: backups, Wait: cfg.Durable.Wait, WaitTime: cfg.Durable.WaitTimeout, Check: cfg.Durable.StoreCheck,
 		Logger: log, MaxGateway: durable.MaxGatewayVersion(rdb)})
 	if err := g.Init(ctx); err != nil {

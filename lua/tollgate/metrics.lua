@@ -167,6 +167,7 @@ end
 
 -- cumulative node totals of the node report (keys with \0 are never rendered)
 local NODE_REQ, NODE_BLK = "node\0req\0", "node\0blk\0"
+local FLUSHES = "flushes\0"     -- + worker id: flushes finished (not a series: it holds a \0)
 local NOT_APPS = { _invalid = true, _unknown = true, _unconfigured = true }
 
 --- Move this worker's accumulators into the shared dict.
@@ -210,6 +211,18 @@ function _M.flush()
         add(series, n)
     end
     other = {}
+    -- after everything: a reader that sees this count grow knows the flush before it is in
+    mdict:incr(FLUSHES .. ngx.worker.id(), 1, 0)
+end
+
+--- How many flushes each worker (0 .. count-1) has finished (tests wait on it before reading
+-- a counter that must not have moved).
+function _M.flushes()
+    local out = {}
+    for w = 0, ngx.worker.count() - 1 do
+        out[w + 1] = mdict:get(FLUSHES .. w) or 0
+    end
+    return out
 end
 
 local function fmt_num(v)

@@ -106,6 +106,11 @@ function actions.cost()
                                            tonumber(args.c_bw) or 1) })
 end
 
+-- flushes of the metrics each worker has finished
+function actions.flushes()
+    reply(require("tollgate.metrics").flushes())
+end
+
 function actions.settings()
     reply(handler.settings())
 end

@@ -7,10 +7,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 # nginx-extras ships OpenResty's LuaJIT (libluajit2); the matching interpreter is luajit2.
-# libatomic1: the gateway's atomic counters (tollgate.counters) call it through the FFI.
 PACKAGES=(nginx-extras lua-nginx-redis lua-nginx-redis-connector lua-nginx-string lua-cjson
           redis-server redis-tools redis-sentinel prometheus wrk hyperfine lua-busted lua-check
-          luajit2 libatomic1 chromium curl procps ca-certificates)
+          luajit2 chromium curl procps ca-certificates)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -14,7 +14,6 @@ local metrics = require("tollgate.metrics")
 local response = require("tollgate.request.response")
 local numvar = require("tollgate.request.numvar")
 local shm = require("tollgate.shm")
-local counters = require("tollgate.counters")
 local l3 = require("tollgate.lease.bucket")
 local sync = require("tollgate.lease.sync")
 local watch = require("tollgate.config.watch")
@@ -66,21 +65,6 @@ function _M.init(opts)
     if gerr then
         ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
             "); every request reads it from config_dict")
-    end
-    if S.shared_counters == "on" then
-        -- the hot path's counters and the connection limiter's compact tracking records in
-        -- memory mapped before the workers fork (atomic adds and compare-and-swaps)
-        local ok, err = counters.create()
-        if not ok then
-            ngx.log(ngx.WARN, "tollgate: no shared counter area (", err,
-                "); leases and connection counts live in their shared dicts")
-        else
-            ok, err = require("tollgate.conn.track").map()
-            if not ok then
-                ngx.log(ngx.WARN, "tollgate: no area for tracking records (", err,
-                    "); they live in connlimit_dict")
-            end
-        end
     end
     connlimit.configure(S)
     local set, err = scripts.load(S.scripts_dir)
@@ -417,10 +401,10 @@ end
 function _M.metrics()
     metrics.flush()
     local gauges = {}
-    local dict, ctr = shm.dict, shm.ctr
+    local dict = shm.dict
     for _, id in ipairs(config.app_ids()) do
         local k = shm.keys(id)
-        local t = ctr:get(k.tokens)
+        local t = dict:get(k.tokens)
         if t then
             gauges['ratelimit_l3_tokens{app_id="' .. id .. '"}'] = t
             gauges['ratelimit_l3_debt{app_id="' .. id .. '"}'] = dict:get(k.debt) or 0

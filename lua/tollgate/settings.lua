@@ -54,7 +54,6 @@ _M.SCHEMA = {
     { key = "chunked_estimate", env = "TOLLGATE_CHUNKED_ESTIMATE", kind = "integer", default = 1048576, min = 0, doc = "bytes a chunked upload without `x-amz-decoded-content-length` pays up front" },
     { key = "reservation_timeout", env = "TOLLGATE_RESERVATION_TIMEOUT", kind = "number", default = 3600, above = 0, doc = "seconds after which an uncompleted multipart reservation is released" },
     { key = "jit_tune", env = "TOLLGATE_JIT_TUNE", kind = "bool", default = "on", doc = "`on` raises LuaJIT's trace limits (VM-wide, in `init_by_lua`) so that the request path compiles; `off` keeps the VM's defaults" },
-    { key = "shared_counters", env = "TOLLGATE_SHARED_COUNTERS", kind = "bool", default = "off", doc = "`on` keeps the hot path's counters and the connection limiter's tracking records in memory the master maps (atomic instructions) instead of their shared dicts" },
     { key = "events_per_sec", env = "TOLLGATE_EVENTS_PER_SEC", kind = "integer", default = 20, min = 0, max = 100000, doc = "event entries per second this node writes to `ratelimit:events` (0: none); the rest are folded into the next entry's `sampled`" },
     { key = "trusted_proxies", env = "TOLLGATE_TRUSTED_PROXIES", kind = "cidrs", default = "", doc = "comma-separated CIDRs of proxies whose `X-Forwarded-For` is believed for the client IP of rules" },
     { key = "conn_app_limit", env = "TOLLGATE_CONN_APP_LIMIT", kind = "integer", default = 1000, min = 1, doc = "requests in flight per app and node when Redis has no `connlimit:{c}:config:<app>`" },

@@ -8,7 +8,6 @@ local metrics = require("tollgate.metrics")
 local deg = require("tollgate.redis.degradation")
 
 local dict = shm.dict
-local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local K = shm.keys
 local take = shm.take
 local add_pending = shm.add_pending
@@ -53,7 +52,7 @@ local function credit(k, granted)
     local pay = take(k.debt, granted, dict)
     local rest = granted - pay
     if rest > 0 then
-        ctr:incr(k.tokens, rest, 0)
+        dict:incr(k.tokens, rest, 0)
     end
     return rest
 end
@@ -102,7 +101,7 @@ local function refill_timer(premature, a)
         dict:delete(k.refill_lock)
         return
     end
-    local tokens = ctr:get(k.tokens) or 0
+    local tokens = dict:get(k.tokens) or 0
     local want = floor(target_of(a, k) - tokens + (dict:get(k.debt) or 0))
     if want > 0 then
         local res, err = grant(a, want, 1, S.bg_timeout_ms)
@@ -232,7 +231,7 @@ local function slow_acquire(a, k, cost)
     end
     local rest = credit(k, granted)
     if rest >= cost then
-        local v = ctr:incr(k.tokens, -cost, 0)
+        local v = dict:incr(k.tokens, -cost, 0)
         if v and v >= 0 then
             local _, n = admit(k, cost, v)
             if n >= S.batch_threshold then
@@ -240,7 +239,7 @@ local function slow_acquire(a, k, cost)
             end
             return true, v
         end
-        ctr:incr(k.tokens, cost)
+        dict:incr(k.tokens, cost)
     end
     -- concurrent requests took what we were granted: the lease is contended, try it once more
     local ok, v = shm.take_all_or_nothing(k.tokens, cost)
@@ -276,7 +275,7 @@ function _M.acquire(a, cost)
     if S.mode == "remote" then
         return remote_acquire(a, k, cost)
     end
-    local v = ctr:incr(k.tokens, -cost, 0)
+    local v = dict:incr(k.tokens, -cost, 0)
     if v and v >= 0 then
         metrics.hit()
         if add_pending(k, cost, 1) >= S.batch_threshold then
@@ -288,7 +287,7 @@ function _M.acquire(a, cost)
         return true, v
     end
     if v then
-        ctr:incr(k.tokens, cost)
+        dict:incr(k.tokens, cost)
     end
     metrics.miss()
     return slow_acquire(a, k, cost)
@@ -325,7 +324,7 @@ function _M.refund(a, amount, source)
     if source == "fail_open" then
         dict:incr(k.fail_open, -amount, 0)
     elseif S.mode ~= "remote" then
-        ctr:incr(k.tokens, amount, 0)
+        dict:incr(k.tokens, amount, 0)
         dict:incr(k.pending_cost, -amount, 0)
     end
 end
@@ -336,7 +335,7 @@ function _M.rollback(a, cost, source)
     if source == "fail_open" then
         dict:incr(k.fail_open, -cost, 0)
     elseif S.mode ~= "remote" then
-        ctr:incr(k.tokens, cost, 0)
+        dict:incr(k.tokens, cost, 0)
         add_pending(k, -cost, -1)
     end
     dict:incr(k.rollback_count, 1, 0)

@@ -11,7 +11,6 @@ local deg = require("tollgate.redis.degradation")
 local emergency = require("tollgate.lease.emergency")
 
 local dict = shm.dict
-local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local K = shm.keys
 local now = ngx.now
 local timer_at = ngx.timer.at
@@ -51,7 +50,7 @@ local function prepare(a, k, returned, force)
     if fo ~= 0 then
         dict:incr(k.fail_open, -fo)
     end
-    local held = (ctr:get(k.tokens) or 0) - (dict:get(k.debt) or 0)
+    local held = (dict:get(k.tokens) or 0) - (dict:get(k.debt) or 0)
     local seq = dict:incr(k.seq, 1, seq_base())
     inflight = format("%d %d %d %d %d %d", seq, pc, pn, returned, held, fo)
     local ok, err = dict:safe_set(k.inflight, inflight)
@@ -183,14 +182,14 @@ local function upkeep(a, t, dt)
             dict:incr(k.give_back, -gb)
             returned = gb
         end
-        local tokens = ctr:get(k.tokens) or 0
+        local tokens = dict:get(k.tokens) or 0
         if tokens > 0 and t - st.last_active >= S.idle_return_after then
             returned = returned + shm.take(k.tokens, tokens)           -- idle lease to L2
         elseif scarce and tokens > 2 * target then
             returned = returned + shm.take(k.tokens, tokens - target)  -- scarce app: no hoarding
         end
     end
-    local held = ctr:get(k.tokens) or 0
+    local held = dict:get(k.tokens) or 0
     if returned == 0 and t - st.last_report < deg.sync_interval() - S.sync_interval / 2 then
         dict:delete(k.sync_lock)   -- not due at this degradation level
         return nil

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,28 @@ func TestLimiter(t *testing.T) {
 	clk.Advance(500 * time.Millisecond)
 	if ok, _ := l.Allow("u"); !ok {
 		t.Fatal("refused after the wait")
+	}
+}
+
+// The failure budget: Check does not spend, Spend does; memory stays bounded whatever the keys.
+func TestLimiterBudgetAndBound(t *testing.T) {
+	clk := testutil.NewClock(time.Unix(0, 0))
+	l := NewLimiter(1, 2, clk)
+	for i := 0; i < 5; i++ {
+		if ok, _ := l.Check("c"); !ok {
+			t.Fatal("Check spent a token")
+		}
+	}
+	l.Spend("c")
+	l.Spend("c")
+	if ok, wait := l.Check("c"); ok || wait != time.Second {
+		t.Fatalf("after two failures: %v %s, want refused for 1s", ok, wait)
+	}
+	for i := 0; i < 3*maxBuckets; i++ {
+		l.Spend(fmt.Sprint("k", i)) // none of these buckets is full, so none is idle
+	}
+	if n := l.Len(); n > maxBuckets {
+		t.Fatalf("%d buckets, bound %d", n, maxBuckets)
 	}
 }
 

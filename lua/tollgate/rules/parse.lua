@@ -5,6 +5,7 @@ local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
 local hashload = require("tollgate.config.hashload")
 local values = require("tollgate.rules.values")
+local glob = require("tollgate.rules.glob")
 
 local type = type
 local pairs = pairs
@@ -49,7 +50,7 @@ local TYPES = {
 }
 local is_array, type_ok, printable = values.is_array, values.type_ok, values.printable
 local is_header_name, cidr = values.is_header_name, values.cidr
-_M.rfc3339, _M.glob = values.rfc3339, values.glob
+_M.rfc3339 = values.rfc3339
 
 local MATCH_TYPES = { app_ids = "strings", methods = "strings", bucket = "string",
                       key_prefix = "string", path = "string", cidrs = "strings", headers = "map" }
@@ -134,7 +135,7 @@ local function parse_match(m, r)
         if bad_glob(m.path) then
             return nil, "match.path", "invalid_path"
         end
-        r.path, r.path_pat = m.path, _M.glob(m.path)
+        r.path, r.path_glob = m.path, glob.compile(m.path)     -- rules.glob: linear in the URI
     end
     if not absent(m.cidrs) then
         local _

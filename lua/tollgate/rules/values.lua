@@ -1,6 +1,6 @@
 -- The value checks of the rule JSON (tollgate.rules.parse), each as the API's validator
--- (controlplane/internal/rules) reads it: JSON types, printable text, RFC 3339 times, path
--- globs, header names and CIDRs. Pure Lua.
+-- (controlplane/internal/rules) reads it: JSON types, printable text, RFC 3339 times,
+-- header names and CIDRs. Pure Lua.
 local ipmatch = require("tollgate.request.ipmatch")
 
 local type = type
@@ -10,7 +10,6 @@ local tonumber = tonumber
 local floor = math.floor
 local byte = string.byte
 local find = string.find
-local gsub = string.gsub
 local match = string.match
 
 local _M = {}
@@ -131,15 +130,6 @@ function _M.rfc3339(s)
         end
     end
     return days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off
-end
-
---- Lua pattern of a path glob: * = a run of non-'/' characters, ** = anything.
-function _M.glob(g)
-    local p = gsub(g, "[%^%$%(%)%%%.%[%]%+%-%?]", "%%%0")
-    p = gsub(p, "%*%*", "\1")
-    p = gsub(p, "%*", "[^/]*")
-    p = gsub(p, "\1", ".*")
-    return "^" .. p .. "$"
 end
 
 --- A header name as the contract takes it: 1-128 of A-Z a-z 0-9 - _.

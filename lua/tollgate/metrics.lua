@@ -254,9 +254,11 @@ local function render_hist(out, name, buckets)
     out[#out + 1] = format("%s_count %s", name, fmt_num(count))
 end
 
---- Prometheus text of everything in the dict plus `gauges` ({series = value}).
+--- Prometheus text of everything in the dict plus `gauges` ({series = value}) and the gauges
+-- of every source (add_gauges).
 function _M.render(gauges)
     _M.flush()
+    gauges["ratelimit_l3_cache_hit_ratio"] = _M.hit_ratio()
     for i = 1, #gauge_sources do
         gauge_sources[i](gauges)
     end

@@ -24,7 +24,7 @@ local FREE = record.FREE
 
 local _M = {}
 
-local T, BATCH, CLAIM_TTL
+local timeout, BATCH, CLAIM_TTL
 local on_leak            -- function(app, cluster): give a force-released slot back
 -- cleanup cursor (per worker: whichever worker runs the cleanup keeps its own); cur_live:
 -- generation cur_g's process might still run when the scan entered it
@@ -32,7 +32,7 @@ local cur_g, cur_n, cur_found, cur_live = 1, 0, 0, true
 
 --- s: timeout, cleanup_batch, cleanup_interval; leak_fn(app, cluster) gives a slot back.
 function _M.init(s, leak_fn)
-    T, BATCH = s.timeout, s.cleanup_batch
+    timeout, BATCH = s.timeout, s.cleanup_batch
     CLAIM_TTL = math.max(3600, 4 * (s.timeout + s.cleanup_interval))
     on_leak = leak_fn
 end
@@ -64,7 +64,7 @@ local function reclaim(g, n, st, tag, t)
         return 0
     end
     local seen = tonumber(dict:get(record.seen_key(g, n))) or record.stamp_time(st)
-    if t - seen <= T then
+    if t - seen <= timeout then
         return 0
     end
     if not dict:add(record.claim_key(key, st), "leaked", CLAIM_TTL) then

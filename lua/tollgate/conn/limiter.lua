@@ -39,7 +39,7 @@ local _M = {
 }
 
 local entry = limits.entry
-local R, BG_MS, NODE
+local redis_client, BG_MS, NODE
 local STATS_TTL = 300
 
 -- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
@@ -224,7 +224,7 @@ local function report()
         return
     end
     local t = floor(now())
-    local ok, err = R:with(BG_MS, function(red)
+    local ok, err = redis_client:with(BG_MS, function(red)
         red:init_pipeline()
         for _, r in ipairs(rows) do
             red:hset(r[1], "current", r[2], "peak", r[3], "rejected", r[4], "last_seen", t)
@@ -278,18 +278,18 @@ end
 
 --- init_worker: tracking generation, heartbeat; on worker 0 cleanup, stats, limit refresh.
 function _M.start(settings, client)
-    local S = limits.settings() or limits.configure()
-    R, BG_MS, NODE = client, settings.bg_timeout_ms, settings.node_id
+    local conf = limits.settings() or limits.configure()
+    redis_client, BG_MS, NODE = client, settings.bg_timeout_ms, settings.node_id
     limits.init(client, BG_MS)
-    track.init(S)
-    cleanup.init(S, leaked)
+    track.init(conf)
+    cleanup.init(conf, leaked)
     metrics.add_gauges(gauges)
-    every(S.heartbeat, track.heartbeat)
+    every(conf.heartbeat, track.heartbeat)
     if ngx.worker.id() == 0 then
         dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now
-        every(S.cleanup_interval, function() _M.cleanup() end)
-        every(S.stats_interval, report)
-        every(S.config_ttl, function() _M.refresh("ttl") end)
+        every(conf.cleanup_interval, function() _M.cleanup() end)
+        every(conf.stats_interval, report)
+        every(conf.config_ttl, function() _M.refresh("ttl") end)
     end
 end
 

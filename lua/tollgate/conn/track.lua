@@ -17,8 +17,8 @@ local FREE = record.FREE
 
 local _M = {}
 
-local T, CLAIM_TTL, LIVE_TTL
-local G, pid
+local timeout, CLAIM_TTL, LIVE_TTL
+local generation, pid
 local seq = 0
 -- this worker's slots, indexed by slot number: request id, record key, client IP, creation
 -- time, last refresh, lost (the cleanup took it), side keys written (ts:, ti:)
@@ -27,19 +27,19 @@ local free, nfree, top = {}, 0, 0
 
 --- Start this worker's generation. s: timeout, heartbeat, cleanup_interval.
 function _M.init(s)
-    T = s.timeout
+    timeout = s.timeout
     CLAIM_TTL = math.max(3600, 4 * (s.timeout + s.cleanup_interval))
     LIVE_TTL = 3 * s.heartbeat + 2
     pid = ngx.worker.pid()
-    G = dict:incr("wseq", 1, 0)
-    dict:set("wl:" .. G, pid, LIVE_TTL)
-    dict:set("wp:" .. G, pid)
-    dict:set("wt:" .. G, 0)
+    generation = dict:incr("wseq", 1, 0)
+    dict:set("wl:" .. generation, pid, LIVE_TTL)
+    dict:set("wp:" .. generation, pid)
+    dict:set("wt:" .. generation, 0)
 end
 
 --- This worker's generation and the claim keys' TTL (for tollgate.conn.cleanup).
 function _M.generation()
-    return G, CLAIM_TTL
+    return generation, CLAIM_TTL
 end
 
 local function free_slot(n)
@@ -50,8 +50,8 @@ end
 
 local function drop_side(n)
     if l_side[n] then
-        dict:delete(record.seen_key(G, n))
-        dict:delete(record.ip_key(G, n))
+        dict:delete(record.seen_key(generation, n))
+        dict:delete(record.ip_key(generation, n))
         l_side[n] = nil
     end
 end
@@ -76,12 +76,12 @@ function _M.open(ip, tag)
     l_rid[n], l_ip[n], l_created[n], l_seen[n], l_lost[n] = rid, ip or "-", t, t, false
     local key = l_key[n]
     if not key then
-        key = record.key(G, n)
+        key = record.key(generation, n)
         l_key[n] = key
     end
     if n > top then
         top = n
-        dict:set("wt:" .. G, top)
+        dict:set("wt:" .. generation, top)
     end
     local ok, err = dict:safe_set(key, stamp(t, rid), 0, tag)
     if not ok then
@@ -99,7 +99,7 @@ function _M.close(n, rid)
         return nil
     end
     local won = true
-    if l_lost[n] or now() - l_seen[n] >= T / 2 then
+    if l_lost[n] or now() - l_seen[n] >= timeout / 2 then
         -- not refreshed for a while: the cleanup may be claiming it right now
         local ok, err = dict:add(claim_key(l_key[n], stamp(l_created[n], rid)), "released",
             CLAIM_TTL)
@@ -115,16 +115,16 @@ end
 --- Refresh last_seen of this worker's records and its liveness (every heartbeat period).
 function _M.heartbeat()
     local t = now()
-    dict:set("wl:" .. G, pid, LIVE_TTL)
-    dict:set("wt:" .. G, top)
+    dict:set("wl:" .. generation, pid, LIVE_TTL)
+    dict:set("wt:" .. generation, top)
     for n = 1, top do
         if l_rid[n] and not l_lost[n] then
             if dict:get(l_key[n]) ~= stamp(l_created[n], l_rid[n]) then
                 l_lost[n] = true    -- the cleanup took it while this worker was stalled
             else
-                dict:set(record.seen_key(G, n), t)
+                dict:set(record.seen_key(generation, n), t)
                 if not l_side[n] then
-                    dict:safe_set(record.ip_key(G, n), l_ip[n])
+                    dict:safe_set(record.ip_key(generation, n), l_ip[n])
                     l_side[n] = true
                 end
                 l_seen[n] = t
@@ -148,8 +148,8 @@ function _M.abandon(n, rid, age, stalled)
     end
     -- as a heartbeat `age` seconds ago (created_at stays: it names the request)
     local seen = now() - age
-    dict:set(record.seen_key(G, n), seen)
-    dict:safe_set(record.ip_key(G, n), l_ip[n])
+    dict:set(record.seen_key(generation, n), seen)
+    dict:safe_set(record.ip_key(generation, n), l_ip[n])
     l_side[n], l_seen[n] = true, seen
     if not stalled then
         l_rid[n] = nil
@@ -185,9 +185,9 @@ end
 --- The tracking record of request rid (slot n of this worker; claim: its claim_of) as a
 -- table, with its status.
 function _M.inspect(n, rid, claim)
-    local key = l_key[n] or record.key(G, n)
+    local key = l_key[n] or record.key(generation, n)
     local rec, tag = dict:get(key)
-    local full_id = G .. "." .. rid
+    local full_id = generation .. "." .. rid
     local status = claim and dict:get(claim)
     local mine = l_rid[n] == rid
     -- the slot's request, or the last one of a slot this worker gave up (abandon, orphan)
@@ -198,8 +198,8 @@ function _M.inspect(n, rid, claim)
     local app, cluster = record.untag(tag)
     local created = stamp_time(rec)
     return { id = full_id, app = app, cluster = cluster, created_at = created,
-             client_ip = mine and l_ip[n] or dict:get(record.ip_key(G, n)) or "-",
-             last_seen = tonumber(dict:get(record.seen_key(G, n))) or created,
+             client_ip = mine and l_ip[n] or dict:get(record.ip_key(generation, n)) or "-",
+             last_seen = tonumber(dict:get(record.seen_key(generation, n))) or created,
              status = status or "active" }
 end
 

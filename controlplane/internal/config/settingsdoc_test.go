@@ -55,12 +55,24 @@ for _, r in ipairs(require("tollgate.settings").rows()) do io.write(table.concat
 // docComment is "meaning (default)" or "meaning (default; bounds)".
 var docComment = regexp.MustCompile(`^(.*\S)\s+\(([^;]*)(?:;\s*(.*))?\)$`)
 
-// controlPlaneSettings are the TOLLGATE_* constants of this package, each documented by its
-// line comment "meaning (default; bounds)".
+// controlPlaneSettings are the TOLLGATE_* constants of this package and of the binary, each
+// documented by its line comment "meaning (default; bounds)".
 func controlPlaneSettings(t *testing.T) []setting {
 	t.Helper()
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool {
+	var rows []setting
+	// this package, and the binary's own (a setting read before the config is built)
+	for _, dir := range []string{".", "../../cmd/tollgate-controlplane"} {
+		rows = append(rows, documentedConsts(t, fset, dir)...)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].env < rows[j].env })
+	return rows
+}
+
+// documentedConsts are the TOLLGATE_* string constants of the Go package in dir.
+func documentedConsts(t *testing.T, fset *token.FileSet, dir string) []setting {
+	t.Helper()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")
 	}, parser.ParseComments)
 	if err != nil {
@@ -101,7 +113,6 @@ func controlPlaneSettings(t *testing.T) []setting {
 			}
 		}
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].env < rows[j].env })
 	return rows
 }
 

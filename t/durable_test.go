@@ -67,7 +67,7 @@ func cpHealth(cp *harness.ControlPlane) (status, reason string) {
 
 func gwHealth(t *testing.T, g *harness.Gateway) (status, epoch string) {
 	t.Helper()
-	resp, err := g.Client.Get(g.URL + "/health")
+	resp, err := g.Client.Get(g.MetricsURL + "/health")
 	if err != nil {
 		return "", ""
 	}

@@ -191,6 +191,7 @@ end
 
 -- cumulative node totals of the node report (keys with \0 are never rendered)
 local NODE_REQ, NODE_BLK = "node\0req\0", "node\0blk\0"
+local FLUSHES = "flushes\0"     -- + worker id: flushes finished (not a series: it holds a \0)
 local NOT_APPS = { _invalid = true, _unknown = true, _unconfigured = true }
 
 --- Move this worker's accumulators into the shared dict.
@@ -241,6 +242,18 @@ function _M.flush()
         add('ratelimit_s3_cost_total{operation="' .. op .. '"}', n)
     end
     ops_n, ops_cost = {}, {}
+    -- after everything: a reader that sees this count grow knows the flush before it is in
+    mdict:incr(FLUSHES .. ngx.worker.id(), 1, 0)
+end
+
+--- How many flushes each worker (0 .. count-1) has finished (tests wait on it before reading
+-- a counter that must not have moved).
+function _M.flushes()
+    local out = {}
+    for w = 0, ngx.worker.count() - 1 do
+        out[w + 1] = mdict:get(FLUSHES .. w) or 0
+    end
+    return out
 end
 
 local function fmt_num(v)
@@ -266,9 +279,11 @@ local function render_hist(out, name, buckets)
     out[#out + 1] = format("%s_count %s", name, fmt_num(count))
 end
 
---- Prometheus text of everything in the dict plus `gauges` ({series = value}).
+--- Prometheus text of everything in the dict plus `gauges` ({series = value}) and the gauges
+-- of every source (add_gauges).
 function _M.render(gauges)
     _M.flush()
+    gauges["ratelimit_l3_cache_hit_ratio"] = _M.hit_ratio()
     for i = 1, #gauge_sources do
         gauge_sources[i](gauges)
     end

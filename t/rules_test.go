@@ -88,11 +88,18 @@ func admitted(t *testing.T, g *harness.Gateway, n int, method, path, app, by str
 		switch r.Status {
 		case 200:
 			ok++
-		case 429:
+		case 429, 503:
 			var b ruleReject
-			r.JSON(t, &b)
+			if r.Status == 503 { // S3's SlowDown for credential-identified requests
+				b.Reason, b.RuleID = r.Header.Get("X-Tollgate-Reason"), r.Header.Get("X-Tollgate-Rule")
+				if !strings.Contains(string(r.Body), "<Code>SlowDown</Code>") {
+					t.Fatalf("503 without SlowDown: %s", r.Body)
+				}
+			} else {
+				r.JSON(t, &b)
+			}
 			if b.Reason != "rule_limited" || (by != "" && b.RuleID != by) {
-				t.Fatalf("429 %s, want rule_limited by %q", r.Body, by)
+				t.Fatalf("%d %s, want rule_limited by %q", r.Status, r.Body, by)
 			}
 			if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 1 {
 				t.Fatalf("rule rejection without Retry-After: %v", r.Header)
@@ -156,6 +163,11 @@ func TestRuleUserScope(t *testing.T) {
 	v4 := map[string]string{"Authorization": "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=abc"}
 	v2 := map[string]string{"Authorization": "AWS AKIDEXAMPLE:c2lnbmF0dXJl"}
 	other := map[string]string{"Authorization": "AWS OTHERKEY:c2ln"}
+	// credentials identify the app (issue 17): both keys belong to demo-p1
+	s.putAccessKey("AKIDEXAMPLE", "demo-p1")
+	s.putAccessKey("OTHERKEY", "demo-p1")
+	s.putAccessKey("PROBEKEY", "demo-p1") // probed: the two above count their own requests
+	waitKnown(t, g, "PROBEKEY")
 	got := admitted(t, g, 2, "GET", "/b/k", "demo-p1", "by-akid", v4) +
 		admitted(t, g, 3, "GET", "/b/k", "demo-p1", "by-akid", v2)
 	if got != 3 {
@@ -225,6 +237,36 @@ func TestRuleEndpointMatching(t *testing.T) {
 	}
 	if got := admitted(t, g, 2, "GET", "/b/k", "demo-p0", "", map[string]string{"X-Tier": "paid"}); got != 2 {
 		t.Fatal("another header value matched")
+	}
+}
+
+// Issue 19 item 1: path globs that a backtracking matcher takes minutes over (four '**' and a
+// suffix the URI lacks; '**' and '*' runs around a literal the URI lacks) answer long URIs at
+// once (the harness client gives up after 10 s), and still count what they match.
+func TestRulePathGlobsDoNotBacktrack(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putRules(nil,
+		base("dashes-gz", 1, 60, rule{"scope": "endpoint", "match": rule{"path": "/**-**-**-**.gz",
+			"app_ids": []string{"demo-p1"}}}),
+		base("dashes-x", 1, 60, rule{"scope": "endpoint", "match": rule{"path": "/**-**x**-**.gz",
+			"app_ids": []string{"demo-p2"}}}),
+		base("seg-x", 1, 60, rule{"scope": "endpoint", "match": rule{"path": "/*-*-*-*-*x",
+			"app_ids": []string{"demo-p3"}}}))
+	dashes := strings.Repeat("-", 3000)
+	for _, c := range []struct{ app, path, match, rule string }{
+		{"demo-p1", "/" + dashes + "z", "/" + dashes + ".gz", "dashes-gz"},
+		{"demo-p2", "/" + dashes + ".gz", "/a-b-x-c.gz", "dashes-x"},
+		{"demo-p3", "/" + dashes + "/x", "/" + dashes + "x", "seg-x"},
+	} {
+		// a long URI the glob does not match: answered, never counted
+		if got := admitted(t, g, 2, "GET", c.path, c.app, "", nil); got != 2 {
+			t.Fatalf("%s: %d bytes it does not match admitted %d of 2", c.rule, len(c.path), got)
+		}
+		// what it matches is counted: one request a minute
+		if got := admitted(t, g, 2, "GET", c.match, c.app, c.rule, nil); got != 1 {
+			t.Fatalf("%s: %d bytes it matches admitted %d of 2, want 1", c.rule, len(c.match), got)
+		}
 	}
 }
 

@@ -1,5 +1,9 @@
-// Package testutil starts real redis-server processes for tests: a free loopback port, a
-// temporary directory, no persistence, and readiness by polling PING (never a fixed sleep).
+// Package testutil is the one test fixture package of the repository. It starts real
+// redis-server processes (a free loopback port, a temporary directory, no persistence, readiness
+// by polling PING, never a fixed sleep): one server (StartRedis), a Redis Cluster
+// (StartCluster) and a Sentinel group (StartSentinelGroup). On top of one server, Fixture is the
+// control plane's view of it (config store, ledger, fake Clock) for the job and API tests.
+// Eventually polls for a state instead of sleeping.
 package testutil
 
 import (
@@ -123,6 +127,19 @@ func (r *Redis) Restart() {
 		r.t.Fatalf("testutil: restart redis-server on port %d: %v", r.port, err)
 	}
 }
+
+// Crash kills the server with SIGKILL (no shutdown: nothing saved or flushed on the way out)
+// and starts it again on the same port with the same directory and arguments.
+func (r *Redis) Crash() {
+	r.t.Helper()
+	r.kill()
+	if err := r.start(); err != nil {
+		r.t.Fatalf("testutil: restart redis-server on port %d after SIGKILL: %v", r.port, err)
+	}
+}
+
+// Kill kills the server with SIGKILL and leaves it down.
+func (r *Redis) Kill() { r.kill() }
 
 // Freeze stops the process with SIGSTOP: it keeps its socket but answers nothing.
 func (r *Redis) Freeze() { r.signal(syscall.SIGSTOP) }

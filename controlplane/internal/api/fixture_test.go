@@ -18,7 +18,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
-	"tollgate/controlplane/internal/emergency"
+	"tollgate/controlplane/internal/jobs/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
 	"tollgate/controlplane/internal/rules"

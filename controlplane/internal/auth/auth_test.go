@@ -10,14 +10,13 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"tollgate/controlplane/internal/clock"
 	"tollgate/internal/testutil"
 )
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
 func TestTokensRoundTripAndExpiry(t *testing.T) {
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	clk := testutil.NewClock(time.Unix(1_800_000_000, 0))
 	tk, err := NewTokens(secret, 15*time.Minute, clk)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +57,7 @@ func TestRoles(t *testing.T) {
 }
 
 func TestLimiter(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := testutil.NewClock(time.Unix(0, 0))
 	l := NewLimiter(2, 2, clk)
 	for i := 0; i < 2; i++ {
 		if ok, _ := l.Allow("u"); !ok {
@@ -76,7 +75,7 @@ func TestLimiter(t *testing.T) {
 
 // The failure budget: Check does not spend, Spend does; memory stays bounded whatever the keys.
 func TestLimiterBudgetAndBound(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := testutil.NewClock(time.Unix(0, 0))
 	l := NewLimiter(1, 2, clk)
 	for i := 0; i < 5; i++ {
 		if ok, _ := l.Check("c"); !ok {

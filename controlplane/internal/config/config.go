@@ -19,26 +19,27 @@ import (
 
 // Environment variable names and their defaults.
 const (
-	EnvAddr     = "TOLLGATE_CP_ADDR"
-	EnvRedisURL = "TOLLGATE_REDIS_URL"
-	EnvSeedDemo = "TOLLGATE_SEED_DEMO"
-	EnvTLSCert  = "TOLLGATE_TLS_CERT" // PEM certificate (chain) file: serve HTTPS (with EnvTLSKey)
-	EnvTLSKey   = "TOLLGATE_TLS_KEY"  // PEM private key file of EnvTLSCert
+	EnvAddr     = "TOLLGATE_CP_ADDR"   // HTTP listen address of the API, console and /metrics (127.0.0.1:9090; host:port)
+	EnvRedisURL = "TOLLGATE_REDIS_URL" // Redis: redis://[:password@]host:port[/db], rediss://, redis-sentinel://, redis-cluster:// (redis://127.0.0.1:6390/0)
+	EnvSeedDemo = "TOLLGATE_SEED_DEMO" // seed the demo config into an empty Redis (true; true or false)
+	EnvTLSCert  = "TOLLGATE_TLS_CERT"  // PEM certificate (chain) file: serve HTTPS (with TOLLGATE_TLS_KEY) (none; a file path)
+	EnvTLSKey   = "TOLLGATE_TLS_KEY"   // PEM private key file of TOLLGATE_TLS_CERT (none; a file path)
 
 	DefaultAddr     = "127.0.0.1:9090"
 	DefaultRedisURL = "redis://127.0.0.1:6390/0"
-	DefaultSeedDemo = true
+	DefaultSeedDemo = false // make run (scripts/stack.sh) turns it on
 )
 
 // Config is the control plane's configuration.
 type Config struct {
-	Addr     string // HTTP listen address host:port
-	RedisURL string // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
-	SeedDemo bool   // seed the demo config into an empty Redis
-	TLSCert  string // PEM certificate file; with TLSKey the API and console are served over HTTPS
-	TLSKey   string // PEM private key file
-	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
-	Admin    Admin  // admin API: auth, CORS, limits, audit (admin.go)
+	Addr     string  // HTTP listen address host:port
+	RedisURL string  // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
+	SeedDemo bool    // seed the demo config into an empty Redis that was never a config store
+	TLSCert  string  // PEM certificate file; with TLSKey the API and console are served over HTTPS
+	TLSKey   string  // PEM private key file
+	Jobs     Jobs    // periodic jobs of the elected leader (jobs.go)
+	Admin    Admin   // admin API: auth, CORS, limits, audit (admin.go)
+	Durable  Durable // snapshots, WAIT for replicas, the store's epoch check (durable.go)
 
 	redis redisconn.Target
 }
@@ -67,6 +68,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	admin, aerrs := adminFromEnv(getenv)
 	c.Admin = admin
 	errs = append(errs, aerrs...)
+	durable, derrs := durableFromEnv(getenv)
+	c.Durable = durable
+	errs = append(errs, derrs...)
 	errs = append(errs, c.validate()...)
 	return c, errors.Join(errs...)
 }
@@ -115,6 +119,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("tls_cert", c.TLSCert),
 		slog.Any("jobs", c.Jobs),
 		slog.Any("admin", c.Admin),
+		slog.Any("durable", c.Durable),
 	)
 }
 

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"tollgate/controlplane/internal/auth"
-	"tollgate/controlplane/internal/clock"
 	"tollgate/internal/testutil"
 )
 
@@ -73,7 +72,7 @@ func TestRecreatedUserRefusesTheOldSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	clk := testutil.NewClock(time.Unix(1_700_000_000, 0))
 	s := New(testutil.StartRedis(t).Client(), h, clk)
 	ctx := context.Background()
 	if _, err := s.Create(ctx, "admin", "admin-password-123", auth.Admin); err != nil {

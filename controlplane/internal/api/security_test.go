@@ -503,3 +503,24 @@ func TestWebSocketProtocolTokenOnlyOnTheSocket(t *testing.T) {
 	}
 	c.Close()
 }
+
+// Item 4: attempts refused during the backoff are not failures: they do not use up the
+// client's failure budget (TOLLGATE_LOGIN_MAX_IP).
+func TestWaitingAttemptsDoNotCountAgainstTheClient(t *testing.T) {
+	f := newFixtureWith(t, fixtureOptions{loginMaxUser: 2, loginMaxIP: 4})
+	login := func(user, password string) result {
+		return f.send(t, "POST", "/api/v1/auth/login", map[string]string{"username": user, "password": password},
+			map[string]string{remoteAddr: "198.51.100.20:1000"})
+	}
+	for i := 0; i < 2; i++ {
+		login("admin", "wrong-password-1")
+	}
+	for i := 0; i < 10; i++ {
+		if res := login("admin", "wrong-password-1"); res.code != 429 {
+			t.Fatalf("attempt %d during the backoff = %d", i, res.code)
+		}
+	}
+	if res := login("someone", "wrong-password-1"); res.code != 401 {
+		t.Fatalf("a third failure of the client = %d %s, want 401 (2 of 4 failures used)", res.code, res.raw)
+	}
+}

@@ -95,7 +95,8 @@ func (t *Throttle) Begin(ctx context.Context, user, ip string) error {
 	if err != nil {
 		return fmt.Errorf("auth: login throttle: %w", err)
 	}
-	if wait > 0 {
+	if wait > 0 { // refused without a password check: not a failure of the client
+		_ = t.rdb.Decr(ctx, ik).Err()
 		return &ThrottledError{RetryAfter: time.Duration(wait) * time.Millisecond}
 	}
 	return nil

@@ -66,6 +66,20 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 return 0
 `)
 
+// failScript stamps the wait after a failed attempt from the moment it failed (the password
+// check takes time), the same wait pairScript set when the attempt began.
+var failScript = redis.NewScript(`
+local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+local free, base, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if n < free then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local delay = math.floor(math.min(base * 2 ^ math.min(n - free, 40), window))
+redis.call('HSET', KEYS[1], 'until', now + delay)
+redis.call('PEXPIRE', KEYS[1], math.max(window, delay))
+return delay
+`)
+
 // Begin counts an attempt of user from the client at ip; a *ThrottledError when the client
 // must wait for this account or has failed too often. A user name that is not a valid id is
 // counted by client only (it can never log in).
@@ -98,6 +112,21 @@ func (t *Throttle) Begin(ctx context.Context, user, ip string) error {
 	if wait > 0 { // refused without a password check: not a failure of the client
 		_ = t.rdb.Decr(ctx, ik).Err()
 		return &ThrottledError{RetryAfter: time.Duration(wait) * time.Millisecond}
+	}
+	return nil
+}
+
+// Failed says that the attempt Begin let through had the wrong password: the client's wait
+// for this account runs from now.
+func (t *Throttle) Failed(ctx context.Context, user, ip string) error {
+	pk, _ := t.keys(user, ip)
+	if pk == "" {
+		return nil
+	}
+	err := failScript.Run(ctx, t.rdb, []string{pk}, t.maxUser, FirstBackoff.Milliseconds(),
+		t.window.Milliseconds()).Err()
+	if err != nil {
+		return fmt.Errorf("auth: login throttle: %w", err)
 	}
 	return nil
 }

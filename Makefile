@@ -5,7 +5,7 @@ GO ?= go
 GOTEST_FLAGS ?=
 BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
 
-.PHONY: all deps build web run up down test lint test-lua test-go test-fuzz test-web test-e2e test-integration bench clean
+.PHONY: all deps build web run up down test lint api-doc settings-doc test-lua test-go test-fuzz test-web test-e2e test-integration bench clean
 
 all: build
 
@@ -33,8 +33,18 @@ lint: deps
 	luacheck -q lua t/lua t/nginx redis-scripts
 	promtool check rules deploy/prometheus/tollgate-alerts.yml
 	promtool test rules deploy/prometheus/tollgate-alerts_test.yml
-	@test -z "$$(gofmt -l controlplane demo internal t bench sim *.go)" || { gofmt -l controlplane demo internal t bench sim *.go; echo "gofmt needed"; exit 1; }
+	@test -z "$$(gofmt -l controlplane demo internal t bench sim docs *.go)" || { gofmt -l controlplane demo internal t bench sim docs *.go; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) test -count=1 -run TestAPIDocListsTheRoutes ./controlplane/internal/api
+
+# rewrite the route table of docs/api.md from the OpenAPI document (make lint checks it)
+api-doc:
+	$(GO) test -count=1 -run TestAPIDocListsTheRoutes ./controlplane/internal/api -update-api-doc
+
+# docs/settings.md and nginx/tollgate_env.conf from the settings schemas (lua/tollgate/settings.lua,
+# controlplane/internal/config); test-go fails while they are not current
+settings-doc:
+	$(GO) test -count=1 -run '^TestSettingsDoc$$' ./controlplane/internal/config -update
 
 test-lua: deps
 	busted --lua=luajit -o utfTerminal t/lua

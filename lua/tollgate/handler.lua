@@ -82,7 +82,7 @@ function _M.init(opts)
             end
         end
     end
-    connlimit.configure(opts)
+    connlimit.configure(S)
     local set, err = scripts.load(S.scripts_dir)
     if not set then
         error("tollgate: " .. err, 0)

@@ -1,15 +1,14 @@
--- Settings of the gateway (from init() options or TOLLGATE_* environment variables) and the
--- cache of app configs: Redis `ratelimit:apps` -> config_dict (shared by workers) -> a
+-- The gateway's settings (read through tollgate.settings) and the cache of app configs:
+-- Redis `ratelimit:apps` -> config_dict (shared by workers) -> a
 -- per-worker table of parsed configs keyed by config version.
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
-local ipmatch = require("tollgate.request.ipmatch")
 local rules_parse = require("tollgate.rules.parse")
 local breaker_config = require("tollgate.breaker.config")
 local hashload = require("tollgate.config.hashload")
 local genpage = require("tollgate.config.genpage")
+local settings = require("tollgate.settings")
 
-local getenv = os.getenv
 local tonumber = tonumber
 local type = type
 local floor = math.floor
@@ -18,103 +17,10 @@ local _M = {}
 
 local cdict = ngx.shared.config_dict
 
-local function num_env(name, default)
-    local v = getenv(name)
-    if v == nil or v == "" then
-        return default
-    end
-    local n = tonumber(v)
-    if not n then
-        error(name .. " must be a number, got '" .. v .. "'", 0)
-    end
-    return n
-end
-
-local function default_node_id()
-    local f = io.open("/proc/sys/kernel/hostname", "r")
-    local h = f and f:read("*l") or "node"
-    if f then
-        f:close()
-    end
-    h = h:gsub("[^%w_%-]", "-"):sub(1, 100)
-    return "gw-" .. h
-end
-
---- Build settings from opts (table) over environment over defaults; error() on bad values.
+--- The gateway's settings (tollgate.settings: init() options over TOLLGATE_* variables over
+-- defaults); error() naming every bad setting.
 function _M.settings(opts)
-    opts = opts or {}
-    local s = {
-        redis_url = opts.redis_url or getenv("TOLLGATE_REDIS_URL") or "redis://127.0.0.1:6390/0",
-        node_id = opts.node_id or getenv("TOLLGATE_NODE_ID") or default_node_id(),
-        scripts_dir = opts.scripts_dir or getenv("TOLLGATE_SCRIPTS_DIR"),
-        mode = opts.mode or getenv("TOLLGATE_LIMITER_MODE") or "lease",
-        app_header = opts.app_header or getenv("TOLLGATE_APP_HEADER") or "X-App-Id",
-        op_timeout_ms = opts.op_timeout_ms or num_env("TOLLGATE_REDIS_TIMEOUT_MS", 100),
-        bg_timeout_ms = opts.bg_timeout_ms or num_env("TOLLGATE_REDIS_BG_TIMEOUT_MS", 1000),
-        sync_interval = opts.sync_interval or num_env("TOLLGATE_SYNC_INTERVAL", 0.1),
-        batch_threshold = opts.batch_threshold or num_env("TOLLGATE_BATCH_THRESHOLD", 1000),
-        min_target = opts.min_target or num_env("TOLLGATE_RESERVE_TARGET", 1000),
-        max_target = opts.max_target or num_env("TOLLGATE_MAX_TARGET", 200000),
-        target_horizon = opts.target_horizon or num_env("TOLLGATE_TARGET_HORIZON", 0.5),
-        refill_threshold = opts.refill_threshold or 0.2,
-        idle_return_after = opts.idle_return_after or num_env("TOLLGATE_IDLE_RETURN", 1.0),
-        fail_open_rate = opts.fail_open_rate or num_env("TOLLGATE_FAIL_OPEN_RATE", 100),
-        neg_cache_min = opts.neg_cache_min or 0.05,
-        neg_cache_max = opts.neg_cache_max or 1.0,
-        breaker_retry = opts.breaker_retry or num_env("TOLLGATE_BREAKER_RETRY", 0.5),
-        degradation_hold = opts.degradation_hold or num_env("TOLLGATE_DEGRADATION_HOLD", 2),
-        config_poll = opts.config_poll or num_env("TOLLGATE_CONFIG_POLL", 1.0),
-        report_interval = opts.report_interval or num_env("TOLLGATE_REPORT_INTERVAL", 5),
-        pool_size = opts.pool_size or 50,
-        costs = opts.costs,
-        chunked_estimate = opts.chunked_estimate or num_env("TOLLGATE_CHUNKED_ESTIMATE", 1048576),
-        reservation_timeout = opts.reservation_timeout
-            or num_env("TOLLGATE_RESERVATION_TIMEOUT", 3600),
-        jit_tune = opts.jit_tune or getenv("TOLLGATE_JIT_TUNE") or "on",
-        -- off: DESIGN keeps L3 and the connection limiter in shared dicts (tollgate.counters)
-        shared_counters = opts.shared_counters or getenv("TOLLGATE_SHARED_COUNTERS") or "off",
-        events_per_sec = opts.events_per_sec or num_env("TOLLGATE_EVENTS_PER_SEC", 20),
-    }
-    local tp = opts.trusted_proxies or getenv("TOLLGATE_TRUSTED_PROXIES")
-    local list, terr = ipmatch.parse_list(tp)
-    if not list then
-        error("TOLLGATE_TRUSTED_PROXIES must be comma-separated CIDRs: " .. terr, 0)
-    end
-    s.trusted_proxies = list
-    if not keys.valid_id(s.node_id) then
-        error("TOLLGATE_NODE_ID must match ^[A-Za-z0-9_-]{1,128}$, got '" .. s.node_id .. "'", 0)
-    end
-    if s.mode ~= "lease" and s.mode ~= "remote" then
-        error("TOLLGATE_LIMITER_MODE must be 'lease' or 'remote', got '" .. s.mode .. "'", 0)
-    end
-    if s.op_timeout_ms <= 0 or s.op_timeout_ms > 100 then
-        error("TOLLGATE_REDIS_TIMEOUT_MS must be in (0, 100]", 0)
-    end
-    if s.sync_interval <= 0 or s.batch_threshold < 1 or s.min_target < 1 then
-        error("sync interval, batch threshold and reserve target must be positive", 0)
-    end
-    if s.jit_tune ~= "on" and s.jit_tune ~= "off" then
-        error("TOLLGATE_JIT_TUNE must be 'on' or 'off', got '" .. s.jit_tune .. "'", 0)
-    end
-    if s.shared_counters ~= "on" and s.shared_counters ~= "off" then
-        error("TOLLGATE_SHARED_COUNTERS must be 'on' or 'off', got '" .. s.shared_counters .. "'",
-            0)
-    end
-    local ri = s.report_interval
-    if type(ri) ~= "number" or ri < 0.1 or ri > 15 then
-        error("TOLLGATE_REPORT_INTERVAL must be a number of seconds in [0.1, 15] (the control "
-            .. "plane calls a node stale after 30 s without a report), got '"
-            .. tostring(ri) .. "'", 0)
-    end
-    if s.fail_open_rate < 0 then
-        error("TOLLGATE_FAIL_OPEN_RATE must be >= 0", 0)
-    end
-    local eps = s.events_per_sec
-    if type(eps) ~= "number" or eps < 0 or eps > 100000 or eps ~= floor(eps) then
-        error("TOLLGATE_EVENTS_PER_SEC must be an integer in [0, 100000], got '"
-            .. tostring(eps) .. "'", 0)
-    end
-    return s
+    return settings.get(opts)
 end
 
 -- Parse and check one app config (JSON from ratelimit:apps). Returns table or nil, err.

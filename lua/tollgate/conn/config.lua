@@ -1,4 +1,4 @@
--- Limits of the connection limiter (Req 20): settings from the environment, and the per-app
+-- Limits of the connection limiter (Req 20): its settings (tollgate.settings), and the per-app
 -- and per-cluster limits read from Redis (connlimit:{c}:config:<app> max_connections,
 -- burst_connections; connlimit:{c}:cluster max_connections, reserved_ratio). The limits live in
 -- connlimit_dict so that every worker sees a refresh at once:
@@ -9,6 +9,7 @@
 -- keeps the last good one, a missing one means the defaults, Redis down keeps what is known.
 local keys = require("tollgate.keys")
 local config = require("tollgate.config.apps")
+local settings = require("tollgate.settings")
 
 local dict = ngx.shared.connlimit_dict
 local log = ngx.log
@@ -19,7 +20,6 @@ local format = string.format
 local match = string.match
 local floor = math.floor
 local tonumber = tonumber
-local getenv = os.getenv
 
 local _M = {}
 
@@ -27,43 +27,21 @@ local S            -- settings (configure)
 local R, BG_MS     -- Redis client and background timeout (init)
 local PIPELINE = 500
 
-local function setting(opts, field, env, default, min, integer)
-    local v = opts[field]
-    if v == nil then
-        local e = getenv(env)
-        v = default
-        if e ~= nil and e ~= "" then
-            v = tonumber(e)
-            if not v then
-                error(env .. " must be a number, got '" .. e .. "'", 0)
-            end
-        end
-    end
-    if v < min or (integer and v ~= floor(v)) then
-        error(env .. " must be " .. (integer and "an integer " or "") .. ">= " .. min, 0)
-    end
-    return v
-end
-
---- Settings from opts.conn_* over TOLLGATE_CONN_* over defaults; error() on bad values.
-function _M.configure(opts)
-    opts = opts or {}
-    local s = {
-        timeout = setting(opts, "conn_timeout", "TOLLGATE_CONN_TIMEOUT", 300, 0.1),
-        cleanup_interval = setting(opts, "conn_cleanup_interval",
-            "TOLLGATE_CONN_CLEANUP_INTERVAL", 30, 0.1),
-        cleanup_batch = setting(opts, "conn_cleanup_batch", "TOLLGATE_CONN_CLEANUP_BATCH",
-            10000, 1, true),
-        app_limit = setting(opts, "conn_app_limit", "TOLLGATE_CONN_APP_LIMIT", 1000, 1, true),
-        cluster_limit = setting(opts, "conn_cluster_limit", "TOLLGATE_CONN_CLUSTER_LIMIT", 5000,
-            1, true),
-        stats_interval = setting(opts, "conn_stats_interval", "TOLLGATE_CONN_STATS_INTERVAL", 10,
-            0.1),
-        config_ttl = setting(opts, "conn_config_ttl", "TOLLGATE_CONN_CONFIG_TTL", 60, 0.1),
+--- The limiter's settings from the gateway's (the conn_* entries of tollgate.settings; read
+-- from the environment when not given).
+function _M.configure(s)
+    s = s or settings.get()
+    S = {
+        timeout = s.conn_timeout,
+        cleanup_interval = s.conn_cleanup_interval,
+        cleanup_batch = s.conn_cleanup_batch,
+        app_limit = s.conn_app_limit,
+        cluster_limit = s.conn_cluster_limit,
+        stats_interval = s.conn_stats_interval,
+        config_ttl = s.conn_config_ttl,
+        heartbeat = math.min(5, s.conn_timeout / 4),
     }
-    s.heartbeat = math.min(5, s.timeout / 4)
-    S = s
-    return s
+    return S
 end
 
 function _M.settings()

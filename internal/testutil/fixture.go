@@ -1,6 +1,4 @@
-// Package cptest is the fixture of the control plane's job tests: a real redis-server with the
-// scripts, the config store, the ledger and a fake clock.
-package cptest
+package testutil
 
 import (
 	"context"
@@ -9,35 +7,34 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"tollgate/controlplane/internal/clock"
 	"tollgate/internal/ledger"
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
-	"tollgate/internal/testutil"
 )
 
-// Fixture is one test's Redis and the control plane's view of it.
+// Fixture is one test's real redis-server with the scripts loaded on demand, and the control
+// plane's view of it: the config store, the ledger and a fake clock.
 type Fixture struct {
 	T      testing.TB
 	Ctx    context.Context
-	Redis  *testutil.Redis
+	Redis  *Redis
 	RDB    *redis.Client
 	Store  *store.Store
 	Ledger *ledger.Ledger
-	Clock  *clock.Fake
+	Clock  *Clock
 }
 
-// New starts Redis and builds the fixture.
-func New(t testing.TB) *Fixture {
+// NewFixture starts Redis and builds the fixture.
+func NewFixture(t testing.TB) *Fixture {
 	t.Helper()
 	set, err := scripts.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := testutil.StartRedis(t)
+	r := StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	f := &Fixture{T: t, Ctx: ctx, Redis: r, RDB: r.Client(), Clock: clock.NewFake(time.Unix(1_700_000_000, 0))}
+	f := &Fixture{T: t, Ctx: ctx, Redis: r, RDB: r.Client(), Clock: NewClock(time.Unix(1_700_000_000, 0))}
 	f.Store = store.New(f.RDB, set)
 	f.Ledger = ledger.New(f.RDB, set)
 	return f

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/controlplane/internal/cptest"
-	"tollgate/controlplane/internal/reconcile"
+	"tollgate/controlplane/internal/jobs/reconcile"
 	"tollgate/internal/keys"
 	"tollgate/internal/ledger"
+	"tollgate/internal/testutil"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -17,7 +17,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // One pass corrects a ledger that drifted beyond the tolerance, leaves one within it alone,
 // reaps a node that went silent, resets the period counters and repairs a corrupted L1.
 func TestTickCorrectsReapsAndRepairs(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("c", 1_000_000)
 	f.App("c", "lost", 1000, 10_000, 1, 0)
 	f.App("c", "fine", 1000, 10_000, 1, 0)

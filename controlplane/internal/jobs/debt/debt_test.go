@@ -5,15 +5,15 @@ import (
 	"log/slog"
 	"testing"
 
-	"tollgate/controlplane/internal/cptest"
-	"tollgate/controlplane/internal/debt"
+	"tollgate/controlplane/internal/jobs/debt"
 	"tollgate/internal/keys"
+	"tollgate/internal/testutil"
 )
 
 // An app that borrowed and then went idle repays through the job alone: ten seconds of refill
 // overflow its burst and pay the debt, and the principal returns to L1.
 func TestIdleAppRepays(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("c", 1_000_000)
 	f.App("c", "a", 1000, 2000, 0, 3000)
 	f.App("c", "b", 1000, 2000, 0, 0)

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"tollgate/controlplane/internal/usage"
+	"tollgate/controlplane/internal/jobs/usage"
 )
 
 // Threshold is the usage above which refill is reduced (fixed in redis-scripts/_common.lua).

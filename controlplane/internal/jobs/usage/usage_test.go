@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/controlplane/internal/clock"
-	"tollgate/controlplane/internal/usage"
+	"tollgate/controlplane/internal/jobs/usage"
 	"tollgate/internal/ledger"
+	"tollgate/internal/testutil"
 )
 
 type fakes struct {
@@ -27,7 +27,7 @@ func (f *fakes) ReadL1(context.Context, string) (ledger.L1, error) {
 // restarted empty) starts a new baseline instead of a negative reading.
 func TestMeasure(t *testing.T) {
 	f := &fakes{total: 5000}
-	c := clock.NewFake(time.Unix(0, 0))
+	c := testutil.NewClock(time.Unix(0, 0))
 	m := usage.NewMeter(f, f, c)
 	if _, ok, err := m.Measure(context.Background(), "c"); ok || err != nil {
 		t.Fatalf("first measurement: ok=%v err=%v", ok, err)

@@ -7,21 +7,21 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/controlplane/internal/cptest"
-	"tollgate/controlplane/internal/emergency"
-	"tollgate/controlplane/internal/usage"
+	"tollgate/controlplane/internal/jobs/emergency"
+	"tollgate/controlplane/internal/jobs/usage"
 	"tollgate/internal/ledger"
+	"tollgate/internal/testutil"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newJob(f *cptest.Fixture) *emergency.Job {
+func newJob(f *testutil.Fixture) *emergency.Job {
 	meter := usage.NewMeter(f.Store, f.Ledger, f.Clock)
 	return emergency.NewJob(f.Store, f.Ledger, meter, emergency.NewManager(f.Ledger, quiet()),
 		emergency.Options{Threshold: 0.95, Duration: 300 * time.Second})
 }
 
-func tick(t *testing.T, j *emergency.Job, f *cptest.Fixture) {
+func tick(t *testing.T, j *emergency.Job, f *testutil.Fixture) {
 	t.Helper()
 	if err := j.Tick(f.Ctx); err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func tick(t *testing.T, j *emergency.Job, f *cptest.Fixture) {
 // Usage at 94 % of capacity leaves the cluster alone; above 95 % the job activates emergency
 // mode (auto, 300 s, with a history entry); while active it does not re-activate.
 func TestAutoActivationAboveThreshold(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("c", 10_000)
 	f.App("c", "a", 1000, 5000, 1, 0)
 	f.App("c", "b", 1000, 5000, 3, 0)
@@ -68,7 +68,7 @@ func TestAutoActivationAboveThreshold(t *testing.T) {
 // An emergency whose end has passed (by Redis' clock) is recorded as expired with a history
 // entry; one still running is left alone.
 func TestExpiry(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("old", 10_000)
 	f.Cluster("new", 10_000)
 	now := f.RedisNowUS()
@@ -97,7 +97,7 @@ func TestExpiry(t *testing.T) {
 
 // Manual activation and deactivation through the manager, as the admin API will call them.
 func TestManagerManual(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("c", 10_000)
 	m := emergency.NewManager(f.Ledger, quiet())
 	until, err := m.Activate(f.Ctx, "c", 0, "storage incident", "manual", "alice")

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"tollgate/controlplane/internal/jobs"
-	"tollgate/controlplane/internal/usage"
+	"tollgate/controlplane/internal/jobs/usage"
 	"tollgate/internal/ledger"
 )
 

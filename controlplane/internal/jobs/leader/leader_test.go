@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"tollgate/controlplane/internal/jobs"
-	"tollgate/controlplane/internal/leader"
+	"tollgate/controlplane/internal/jobs/leader"
 	"tollgate/internal/ledger"
 	"tollgate/internal/scripts"
 	"tollgate/internal/testutil"

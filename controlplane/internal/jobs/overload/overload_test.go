@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/controlplane/internal/cptest"
-	"tollgate/controlplane/internal/overload"
-	"tollgate/controlplane/internal/usage"
+	"tollgate/controlplane/internal/jobs/overload"
+	"tollgate/controlplane/internal/jobs/usage"
+	"tollgate/internal/testutil"
 )
 
 // The job records each cluster's measured usage: at 80 % nothing is reduced, at 95 % P1-P3
 // fall half way to their emergency ratio (P0 untouched), and the record expires with its ttl.
 func TestOverloadFactorsFollowUsage(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("c", 10_000)
 	f.App("c", "a", 1000, 5000, 1, 0)
 	j := overload.New(f.Store, f.Ledger, usage.NewMeter(f.Store, f.Ledger, f.Clock), 15*time.Second,

@@ -20,6 +20,8 @@ done
 allow="${allow}deny all;"
 mkdir -p "$prefix"/{conf,logs,tmp,lua}
 ln -sfn "$repo/lua/tollgate" "$prefix/lua/tollgate"
+# the version /health and /metrics report (handler.lua reads it; "dev" without the file)
+printf 'return { version = "%s" }\n' "$("$repo/scripts/version.sh")" > "$prefix/lua/tollgate_build.lua"
 extra=""
 [ -n "$extra_file" ] && extra="include $extra_file;"
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@REPO@|$repo|g" -e "s|@LISTEN@|$listen|g" \

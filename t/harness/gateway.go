@@ -28,6 +28,7 @@ type GatewayOptions struct {
 	Workers  int               // default 2
 	Env      map[string]string // extra TOLLGATE_* settings
 	LogLevel string            // default "info"
+	Backend  string            // host:port the gateway proxies to (default: the test server)
 }
 
 // Gateway is one running nginx with tollgate.
@@ -80,6 +81,10 @@ func Render(t testing.TB, prefix string, listen, metricsListen, backend string, 
 	link := filepath.Join(prefix, "lua", "tollgate")
 	_ = os.Remove(link)
 	if err := os.Symlink(filepath.Join(repo, "lua", "tollgate"), link); err != nil {
+		t.Fatal(err)
+	}
+	build := "return { version = \"" + Version(t) + "\" }\n" // as scripts/render-gateway.sh writes it
+	if err := os.WriteFile(filepath.Join(prefix, "lua", "tollgate_build.lua"), []byte(build), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tg, err := os.ReadFile(filepath.Join(repo, "t", "nginx", "tgtest.lua"))
@@ -144,8 +149,12 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 	if err := os.WriteFile(extraPath, []byte(extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	backend := "127.0.0.1:" + strconv.Itoa(testPort)
+	if o.Backend != "" {
+		backend = o.Backend
+	}
 	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort), "127.0.0.1:"+strconv.Itoa(metricsPort),
-		"127.0.0.1:"+strconv.Itoa(testPort), o.Workers, o.LogLevel, "include "+extraPath+";")
+		backend, o.Workers, o.LogLevel, "include "+extraPath+";")
 
 	g := &Gateway{
 		t: t, Prefix: prefix, NodeID: o.NodeID,

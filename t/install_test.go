@@ -102,7 +102,7 @@ func TestInstallLayoutAndUnits(t *testing.T) {
 		"usr/lib/systemd/system/nginx.service.d/tollgate.conf": 0o644,
 		"etc/tollgate/controlplane.env":                        0o640, // secrets: not world-readable
 		"etc/tollgate/gateway.env":                             0o640,
-		"etc/tollgate/nginx/tollgate-main.conf":                0o644,
+		"usr/share/tollgate/nginx/tollgate_env.conf":           0o644,
 		"etc/tollgate/nginx/tollgate-site.conf":                0o644,
 		"etc/nginx/modules-enabled/90-tollgate.conf":           0o644,
 		"etc/nginx/conf.d/tollgate.conf":                       0o644,

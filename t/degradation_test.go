@@ -23,7 +23,7 @@ type health struct {
 func healthOf(t *testing.T, g *harness.Gateway) health {
 	t.Helper()
 	var h health
-	r := g.Do("GET", "/health", "", nil, nil)
+	r := g.Monitor("/health")
 	if err := json.Unmarshal(r.Body, &h); err != nil {
 		t.Fatalf("health: %v: %s", err, r.Body)
 	}

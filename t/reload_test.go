@@ -14,7 +14,7 @@ import (
 // sumSeries adds the values of every /metrics line of a metric (all label sets).
 func sumSeries(t *testing.T, g *harness.Gateway, name string) float64 {
 	t.Helper()
-	resp, err := g.Client.Get(g.URL + "/metrics")
+	resp, err := g.Client.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

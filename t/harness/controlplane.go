@@ -56,7 +56,7 @@ func (b *lockedBuffer) String() string {
 // checkout's version linked in as make build does).
 func ControlPlaneBinary(t testing.TB) string { return controlPlaneBinary(t) }
 
-// controlPlaneBinary builds the control plane once per test binary.
+// controlPlaneBinary builds the control plane (and the demo backend) once per test binary.
 func controlPlaneBinary(t testing.TB) string {
 	t.Helper()
 	cpBuild.Do(func() {
@@ -68,8 +68,10 @@ func controlPlaneBinary(t testing.TB) string {
 		cpDir = dir
 		cpBin = filepath.Join(dir, "tollgate-controlplane")
 		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		// the demo backend too: BinDir is a bin/ for scripts/stack.sh (TOLLGATE_BIN_DIR)
 		cmd := exec.Command(goBin, "build", "-ldflags", "-X tollgate/internal/version.Version="+Version(t),
-			"-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
+			"-o", dir+string(filepath.Separator),
+			"./controlplane/cmd/tollgate-controlplane", "./demo/cmd/tollgate-demo-s3")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cpBuildErr = err
@@ -80,6 +82,12 @@ func controlPlaneBinary(t testing.TB) string {
 		t.Fatalf("harness: build control plane: %v\n%s", cpBuildErr, cpBin)
 	}
 	return cpBin
+}
+
+// BinDir is a directory with the binaries `make build` puts into bin/ (tollgate-controlplane,
+// tollgate-demo-s3), built once per test binary.
+func BinDir(t testing.TB) string {
+	return filepath.Dir(controlPlaneBinary(t))
 }
 
 // RemoveBuilds deletes what the harness built for this test binary (the control plane's

@@ -101,8 +101,13 @@ describe("ipmatch", function()
 end)
 
 describe("rules_parse", function()
-    it("compiles path globs: * within a segment, ** across", function()
-        local function m(g, p) return string.find(p, parse.glob(g)) ~= nil end
+    it("compiles path globs: * within a segment, ** across (more in glob_spec)", function()
+        local glob = require("tollgate.rules.glob")
+        local function m(g, p)
+            local r = assert(parse.parse("g", cjson.encode({ id = "g", scope = "endpoint",
+                algorithm = "fixed_window", limit = 1, window_seconds = 1, match = { path = g } })))
+            return glob.match(r.path_glob, p)
+        end
         assert.is_true(m("/photos/*/raw/*", "/photos/a/raw/b.jpg"))
         assert.is_false(m("/photos/*/raw/*", "/photos/a/b/raw/c"))
         assert.is_false(m("/photos/*/raw/*", "/photos/a/raw/b/c"))

@@ -15,6 +15,7 @@ local scripts = require("tollgate.redis.scripts")
 local events = require("tollgate.events")
 local config = require("tollgate.config.apps")
 local reqheaders = require("tollgate.request.headers")
+local glob_match = require("tollgate.rules.glob").match
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
@@ -170,11 +171,11 @@ end
 -- Scope key of rule r for this request, or nil when the rule does not match it.
 local function matches(r)
     local h = req.headers
-    if r.bucket or r.key_prefix or r.path_pat then
+    if r.bucket or r.key_prefix or r.path_glob then
         local uri = path()
         if (r.bucket and req.bucket ~= r.bucket)
                 or (r.key_prefix and find(req.key, r.key_prefix, 1, true) ~= 1)
-                or (r.path_pat and not find(uri, r.path_pat)) then
+                or (r.path_glob and not glob_match(r.path_glob, uri)) then
             return nil
         end
     end

@@ -5,11 +5,11 @@ local cjson = require("cjson.safe")
 local ipmatch = require("tollgate.request.ipmatch")
 local keys = require("tollgate.keys")
 local hashload = require("tollgate.config.hashload")
+local glob = require("tollgate.rules.glob")
 
 local type = type
 local floor = math.floor
 local find = string.find
-local gsub = string.gsub
 local match = string.match
 local lower = string.lower
 local sort = table.sort
@@ -80,15 +80,6 @@ function _M.rfc3339(s)
     return days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off
 end
 
---- Lua pattern of a path glob: * = a run of non-'/' characters, ** = anything.
-function _M.glob(g)
-    local p = gsub(g, "[%^%$%(%)%%%.%[%]%+%-%?]", "%%%0")
-    p = gsub(p, "%*%*", "\1")
-    p = gsub(p, "%*", "[^/]*")
-    p = gsub(p, "\1", ".*")
-    return "^" .. p .. "$"
-end
-
 local function string_list(v, check)
     if type(v) ~= "table" or #v == 0 or #v > 1000 then
         return nil
@@ -141,7 +132,7 @@ local function parse_match(m, r)
         end
     end
     if r.path then
-        r.path_pat = _M.glob(r.path)
+        r.path_glob = glob.compile(r.path)     -- rules.glob: linear in the URI
     end
     if not absent(m.cidrs) then
         if not string_list(m.cidrs) then

@@ -87,7 +87,7 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &cf); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
-	for _, s := range []string{"redis", "controlplane", "backend", "gateway", "prometheus"} {
+	for _, s := range []string{"redis", "controlplane", "backend", "gateway", "prometheus", "grafana"} {
 		if _, ok := cf.Services[s]; !ok {
 			t.Errorf("no service %s", s)
 		}
@@ -148,6 +148,29 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 	if v := cf.Services["prometheus"].Volumes; !strings.Contains(strings.Join(v, " "), "deploy/prometheus/tollgate-alerts.yml:") {
 		t.Errorf("prometheus without the alert rules: %v", v)
 	}
+	if v := cf.Services["grafana"].Volumes; !strings.Contains(strings.Join(v, " "), "./deploy/grafana:/var/lib/grafana/dashboards/tollgate:") {
+		t.Errorf("grafana without the dashboards: %v", v)
+	}
+	// Grafana's provisioning: the compose Prometheus as data source, the mounted dashboards
+	var prov struct {
+		Datasources []struct{ URL string } `yaml:"datasources"`
+		Providers   []struct {
+			Options struct{ Path string } `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	for _, f := range []string{"datasources.yml", "dashboards.yml"} {
+		b, err := os.ReadFile(filepath.Join(repo, "deploy", "compose", "grafana", f))
+		if err == nil {
+			err = yaml.Unmarshal(b, &prov)
+		}
+		if err != nil {
+			t.Fatalf("grafana provisioning %s: %v", f, err)
+		}
+	}
+	if len(prov.Datasources) != 1 || prov.Datasources[0].URL != "http://prometheus:9090" ||
+		len(prov.Providers) != 1 || prov.Providers[0].Options.Path != "/var/lib/grafana/dashboards/tollgate" {
+		t.Errorf("grafana provisioning does not point at the compose Prometheus and the mounted dashboards: %+v", prov)
+	}
 	if _, err := exec.LookPath("git"); err == nil {
 		if err := exec.Command("git", "-C", repo, "check-ignore", "-q", ".env").Run(); err != nil {
 			t.Errorf(".env (the compose secrets) is not ignored by git: %v", err)
@@ -173,7 +196,7 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 		t.Errorf("docker-compose config without secrets: err %v, want a refusal naming REDIS_PASSWORD:\n%s", err, out)
 	}
 	full := filepath.Join(dir, "full.env")
-	_ = os.WriteFile(full, []byte("REDIS_PASSWORD=r3d1s\nTOLLGATE_ADMIN_PASSWORD=adm1n-pass\nTOLLGATE_METRICS_TOKEN=m3tr1cs\n"), 0o600)
+	_ = os.WriteFile(full, []byte("REDIS_PASSWORD=r3d1s\nTOLLGATE_ADMIN_PASSWORD=adm1n-pass\nTOLLGATE_METRICS_TOKEN=m3tr1cs\nGRAFANA_ADMIN_PASSWORD=gr4f\n"), 0o600)
 	out, err := config(full)
 	if err != nil {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)

@@ -308,6 +308,35 @@ func TestDockerfileIsMultiStageStaticNonRoot(t *testing.T) {
 			t.Errorf("the go build lacks %s: %s", want, goBuild)
 		}
 	}
+	// the builder images are new enough for go.mod's go line and package.json's engines
+	gomod, _ := os.ReadFile(filepath.Join(repo, "go.mod"))
+	pkg, _ := os.ReadFile(filepath.Join(repo, "web", "package.json"))
+	needGo := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindStringSubmatch(string(gomod))
+	needNode := regexp.MustCompile(`"node":\s*">=(\d+)\.(\d+)`).FindStringSubmatch(string(pkg))
+	if needGo == nil || needNode == nil {
+		t.Fatalf("go.mod go line %v / package.json engines.node %v not found", needGo, needNode)
+	}
+	for _, st := range stages[:len(stages)-1] {
+		for image, need := range map[string][]string{"golang:": needGo, "node:": needNode} {
+			if !strings.HasPrefix(st.from, image) {
+				continue
+			}
+			have := regexp.MustCompile(`^\w+:(\d+)(?:\.(\d+))?`).FindStringSubmatch(st.from)
+			atLeast := func(a, b []string) bool { // major.minor a >= b; a's minor may be absent (newest)
+				am, _ := strconv.Atoi(a[1])
+				bm, _ := strconv.Atoi(b[1])
+				if am != bm || a[2] == "" {
+					return am > bm || am == bm
+				}
+				an, _ := strconv.Atoi(a[2])
+				bn, _ := strconv.Atoi(b[2])
+				return an >= bn
+			}
+			if have == nil || !atLeast(have, need) {
+				t.Errorf("%s is older than the %s.%s the sources need", st.from, need[1], need[2])
+			}
+		}
+	}
 	final := stages[len(stages)-1]
 	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
 		t.Errorf("final base %s: want a static base without a shell (distroless static, scratch)", final.from)

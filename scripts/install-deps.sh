@@ -10,9 +10,11 @@ cd "$repo"
 # libatomic1: the gateway's atomic counters (tollgate.counters) call it through the FFI.
 # docker-compose: make test validates docker-compose.yml with `docker-compose config` (no
 # daemon needed; containers never run here). systemd: systemd-analyze verifies the units.
+# awscli, s3cmd, rclone, python3-boto3: the real S3 clients of the client suite (t/s3clients_test.go).
 PACKAGES=(nginx-extras lua-nginx-redis lua-nginx-redis-connector lua-nginx-string lua-cjson
           redis-server redis-tools redis-sentinel prometheus wrk hyperfine lua-busted lua-check
-          luajit2 libatomic1 chromium curl procps ca-certificates docker-compose systemd)
+          luajit2 libatomic1 chromium curl procps ca-certificates docker-compose systemd
+          awscli s3cmd rclone python3-boto3)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -48,7 +50,11 @@ echo "install-deps: Go modules (go.sum pinned)"
 GOFLAGS=-mod=readonly go mod download
 
 if [ -f web/package-lock.json ]; then
-    if [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
+    if [ -L web/node_modules ]; then
+        # a link to an install shared by several checkouts: npm ci would empty the shared
+        # directory under everyone using it
+        echo "install-deps: web/node_modules links to a shared install; not touched"
+    elif [ ! -d web/node_modules ] || [ web/package-lock.json -nt web/node_modules/.package-lock.json ]; then
         echo "install-deps: npm packages (package-lock.json)"
         (cd web && npm ci --no-audit --no-fund --loglevel=error)
     else

@@ -8,6 +8,8 @@
 #   stack.sh prometheus-config   only write $RUN_DIR/prometheus/prometheus.yml (what run/up use)
 # Environment (defaults): TOLLGATE_GATEWAY_ADDR (127.0.0.1:8080), TOLLGATE_CP_ADDR
 # (127.0.0.1:9090), TOLLGATE_REDIS_ADDR (127.0.0.1:6390), TOLLGATE_BACKEND_ADDR (127.0.0.1:9000),
+# TOLLGATE_BACKEND_ADMIN_ADDR (127.0.0.1:9001: the demo backend's failure switch, loopback only),
+# TOLLGATE_DEMO_CREDENTIALS (AKID:SECRET,… the demo backend accepts; unset: anonymous only),
 # TOLLGATE_REDIS_URL (use this existing Redis instead of starting one), TOLLGATE_RUN_DIR (.run),
 # TOLLGATE_NODE_ID (gw-local), TOLLGATE_WORKERS (2), TOLLGATE_PROMETHEUS_ADDR (127.0.0.1:9091),
 # TOLLGATE_METRICS_TOKEN (generated: the bearer token Prometheus scrapes the control plane with),
@@ -28,6 +30,7 @@ GATEWAY_ADDR=${TOLLGATE_GATEWAY_ADDR:-127.0.0.1:8080}
 CP_ADDR=${TOLLGATE_CP_ADDR:-127.0.0.1:9090}
 REDIS_ADDR=${TOLLGATE_REDIS_ADDR:-127.0.0.1:6390}
 BACKEND_ADDR=${TOLLGATE_BACKEND_ADDR:-127.0.0.1:9000}
+BACKEND_ADMIN_ADDR=${TOLLGATE_BACKEND_ADMIN_ADDR:-127.0.0.1:9001}
 RUN_DIR=${TOLLGATE_RUN_DIR:-$repo/.run}
 NODE_ID=${TOLLGATE_NODE_ID:-gw-local}
 WORKERS=${TOLLGATE_WORKERS:-2}
@@ -137,7 +140,7 @@ start_all() {
     # a run directory of an older stack.sh may hold world-readable secrets (logs, dump.rdb)
     chmod -R go-rwx "$RUN_DIR"
     STARTING=1
-    for a in "$GATEWAY_ADDR" "$METRICS_ADDR" "$CP_ADDR" "$BACKEND_ADDR"; do
+    for a in "$GATEWAY_ADDR" "$METRICS_ADDR" "$CP_ADDR" "$BACKEND_ADDR" "$BACKEND_ADMIN_ADDR"; do
         port_free "$a" || die "$a is already in use (set TOLLGATE_*_ADDR to move it)"
     done
     [ -x "$BIN_DIR/tollgate-controlplane" ] || die "binaries missing: run 'make build'"
@@ -154,13 +157,15 @@ start_all() {
     if [ $own_redis = 1 ]; then
         port_free "$REDIS_ADDR" || die "$REDIS_ADDR is already in use (set TOLLGATE_REDIS_ADDR, or TOLLGATE_REDIS_URL to use that Redis)"
         redis_secrets
+        # AOF: every acknowledged write is in the file before the reply (docs/durability.md)
         start_bg redis redis-server --bind "${REDIS_ADDR%:*}" --port "${REDIS_ADDR##*:}" \
-            --dir "$RUN_DIR/redis" --save 60 1000 --appendonly no --daemonize no \
-            --include "$RUN_DIR/redis/auth.conf"
+            --dir "$RUN_DIR/redis" --appendonly yes --appendfsync "${TOLLGATE_REDIS_APPENDFSYNC:-everysec}" \
+            --save 60 1000 --daemonize no --include "$RUN_DIR/redis/auth.conf"
         wait_for "redis ($REDIS_ADDR)" redis_ping
     fi
 
-    TOLLGATE_BACKEND_ADDR=$BACKEND_ADDR start_bg backend "$BIN_DIR/tollgate-demo-s3"
+    TOLLGATE_BACKEND_ADDR=$BACKEND_ADDR TOLLGATE_BACKEND_ADMIN_ADDR=$BACKEND_ADMIN_ADDR \
+        start_bg backend "$BIN_DIR/tollgate-demo-s3"
     wait_for "demo storage backend (http://$BACKEND_ADDR)" curl -sf "http://$BACKEND_ADDR/health"
 
     # a first run's generated admin password: to this 0600 file, shown below, then deleted
@@ -168,6 +173,7 @@ start_all() {
     rm -f "$admin_pw_file"
     TOLLGATE_CP_ADDR=$CP_ADDR TOLLGATE_REDIS_URL=$REDIS_URL TOLLGATE_PROMETHEUS_URL=$prom_url \
         TOLLGATE_METRICS_TOKEN=$METRICS_TOKEN TOLLGATE_ADMIN_PASSWORD_FILE=$admin_pw_file \
+        TOLLGATE_SEED_DEMO=${TOLLGATE_SEED_DEMO:-true} TOLLGATE_RUN_DIR=$RUN_DIR \
         start_bg controlplane "$BIN_DIR/tollgate-controlplane"
     wait_for "control plane (http://$CP_ADDR)" curl -sf "http://$CP_ADDR/health"
 
@@ -178,7 +184,9 @@ start_all() {
         # search permission, no listing; the secrets are 0600 in 0700 directories)
         chmod 711 "$RUN_DIR" "$RUN_DIR/gateway" "$RUN_DIR/gateway/lua"
     fi
+    # virtual-hosted S3 addressing: http://<bucket>.s3.localhost:<port>/<key>
     TOLLGATE_REDIS_URL=$GATEWAY_REDIS_URL TOLLGATE_NODE_ID=$NODE_ID \
+        TOLLGATE_S3_DOMAINS=${TOLLGATE_S3_DOMAINS:-s3.localhost} \
         start_bg gateway nginx -p "$RUN_DIR/gateway" -c "$RUN_DIR/gateway/conf/nginx.conf"
     wait_for "gateway (http://$GATEWAY_ADDR)" curl -sf "http://$METRICS_ADDR/health"
 
@@ -196,7 +204,7 @@ start_all() {
     gateway         http://$GATEWAY_ADDR        (send X-App-Id: demo-p0 … demo-p3)
     gateway metrics http://$METRICS_ADDR/metrics   (and /health)
     console + API   http://$CP_ADDR/        (user admin; health: /health)
-    storage backend http://$BACKEND_ADDR
+    storage backend http://$BACKEND_ADDR   (failure switch: http://$BACKEND_ADMIN_ADDR/_demo/fail)
     redis           $REDIS_SHOWN
     prometheus      $prom_note
     logs            $RUN_DIR/logs

@@ -20,28 +20,6 @@ func newError(status int, code, format string, args ...any) *apiError {
 	return &apiError{Code: code, Message: fmt.Sprintf(format, args...), Status: status}
 }
 
-func errNoSuchBucket(b string) *apiError {
-	return newError(http.StatusNotFound, "NoSuchBucket", "The specified bucket %q does not exist.", b)
-}
-
-func errNoSuchKey(k string) *apiError {
-	return newError(http.StatusNotFound, "NoSuchKey", "The specified key %q does not exist.", k)
-}
-
-func errNoSuchUpload(id string) *apiError {
-	return newError(http.StatusNotFound, "NoSuchUpload", "The specified upload %q does not exist.", id)
-}
-
-func errTooLarge(limit int64) *apiError {
-	return newError(http.StatusRequestEntityTooLarge, "EntityTooLarge",
-		"Your proposed upload exceeds the maximum allowed object size of %d bytes.", limit)
-}
-
-func errStorageFull(limit int64) *apiError {
-	return newError(http.StatusInsufficientStorage, "InsufficientStorage",
-		"The demo backend's storage limit of %d bytes would be exceeded.", limit)
-}
-
 func errInvalidArgument(format string, args ...any) *apiError {
 	return newError(http.StatusBadRequest, "InvalidArgument", format, args...)
 }

@@ -1,8 +1,6 @@
 package s3
 
 import (
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/xml"
 	"io"
 	"net/http"
@@ -12,15 +10,26 @@ import (
 )
 
 type backend struct {
-	t   *testing.T
-	url string
+	t     *testing.T
+	url   string // the storage API
+	admin string // the failure switch
+	srv   *Server
 }
 
 func start(t *testing.T, o Options) *backend {
 	t.Helper()
-	srv := httptest.NewServer(New(o))
+	s := New(o)
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return &backend{t: t, url: srv.URL}
+	adm := httptest.NewServer(s.Admin())
+	t.Cleanup(adm.Close)
+	return &backend{t: t, url: srv.URL, admin: adm.URL, srv: s}
+}
+
+// adminDo sends a request to the failure switch's own listener.
+func (b *backend) adminDo(method, path string) reply {
+	b.t.Helper()
+	return (&backend{t: b.t, url: b.admin}).do(method, path, nil)
 }
 
 type reply struct {
@@ -84,18 +93,4 @@ func (b *backend) wantError(r reply, code int, s3code string) {
 	if ct := r.header.Get("Content-Type"); ct != "application/xml" {
 		b.t.Errorf("error Content-Type = %q, want application/xml", ct)
 	}
-}
-
-func decode[T any](t *testing.T, r reply) T {
-	t.Helper()
-	var v T
-	if err := xml.Unmarshal([]byte(r.body), &v); err != nil {
-		t.Fatalf("decode %T from %q: %v", v, r.body, err)
-	}
-	return v
-}
-
-func etagOf(data string) string {
-	sum := md5.Sum([]byte(data))
-	return `"` + hex.EncodeToString(sum[:]) + `"`
 }

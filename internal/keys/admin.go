@@ -39,3 +39,7 @@ func AdminAuditAnonymous() string { return adminPrefix + "audit:anonymous" }
 // AdminUserSessions is the set of a user's session ids, so that deleting, disabling or
 // changing the user can end every session at once.
 func AdminUserSessions(user string) string { return adminPrefix + "user_sessions:" + user }
+
+// AppBuckets is the set of the buckets an app owns in Buckets: read by the control plane only
+// (to list them and to remove them with their app), so not part of keys.golden.
+func AppBuckets(app string) string { return rlPrefix + "app_buckets:" + app }

@@ -55,6 +55,11 @@ func ClustersIndex() string { return rlPrefix + "clusters" }
 // ConfigVersion is the integer bumped on every config change (no hash tag).
 func ConfigVersion() string { return rlPrefix + "config:version" }
 
+// ConfigEpoch is the config store's epoch: a random id written once with the first config (no
+// hash tag). Gateways and control planes remember it; a store without it, or with another, is
+// not the store they knew (docs/durability.md).
+func ConfigEpoch() string { return rlPrefix + "config:epoch" }
+
 // ConfigChannel is the pub/sub channel announcing a new config version.
 func ConfigChannel() string { return rlPrefix + "config:update" }
 
@@ -106,3 +111,15 @@ func idByte(c byte) bool {
 		return c == '_' || c == '-'
 	}
 }
+
+// AccessKeys is the hash S3 access key id -> app id the gateways identify requests by (no hash
+// tag): a key belongs to at most one app.
+func AccessKeys() string { return rlPrefix + "access_keys" }
+
+// AppAccessKeys is the set of an app's access key ids (no hash tag), the listing of one app's
+// keys without a scan of AccessKeys.
+func AppAccessKeys(app string) string { return rlPrefix + "app_access_keys:" + app }
+
+// Buckets is the hash bucket name -> app id that anonymous requests to a bucket are charged to
+// (no hash tag).
+func Buckets() string { return rlPrefix + "buckets" }

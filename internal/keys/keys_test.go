@@ -30,6 +30,7 @@ func builders() map[string]builder {
 		"apps_index":        {0, func([]string) string { return AppsIndex() }},
 		"clusters_index":    {0, func([]string) string { return ClustersIndex() }},
 		"config_version":    {0, func([]string) string { return ConfigVersion() }},
+		"config_epoch":      {0, func([]string) string { return ConfigEpoch() }},
 		"config_channel":    {0, func([]string) string { return ConfigChannel() }},
 		"emergency_channel": {0, func([]string) string { return EmergencyChannel() }},
 		"gateways":          {0, func([]string) string { return Gateways() }},
@@ -41,6 +42,9 @@ func builders() map[string]builder {
 		"rule_counter":      {1, func(a []string) string { return RuleCounter(a[0]) }},
 		"breakers_index":    {0, func([]string) string { return BreakersIndex() }},
 		"events_stream":     {0, func([]string) string { return EventsStream() }},
+		"access_keys":       {0, func([]string) string { return AccessKeys() }},
+		"app_access_keys":   {1, func(a []string) string { return AppAccessKeys(a[0]) }},
+		"buckets":           {0, func([]string) string { return Buckets() }},
 	}
 }
 

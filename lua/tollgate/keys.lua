@@ -23,6 +23,7 @@ end
 function _M.apps_index() return "ratelimit:apps" end
 function _M.clusters_index() return "ratelimit:clusters" end
 function _M.config_version() return "ratelimit:config:version" end
+function _M.config_epoch() return "ratelimit:config:epoch" end
 function _M.config_channel() return "ratelimit:config:update" end
 function _M.emergency_channel() return "ratelimit:emergency" end
 function _M.gateways() return "ratelimit:gateways" end
@@ -34,5 +35,9 @@ function _M.rule_stats() return "ratelimit:rules:stats" end
 function _M.rule_counter(r) return "ratelimit:rule:{" .. r .. "}:" end
 function _M.breakers_index() return "ratelimit:breakers" end
 function _M.events_stream() return "ratelimit:events" end
+-- S3 identity (no hash tag): access key id -> app, an app's key ids, bucket -> app
+function _M.access_keys() return "ratelimit:access_keys" end
+function _M.app_access_keys(a) return "ratelimit:app_access_keys:" .. a end
+function _M.buckets() return "ratelimit:buckets" end
 
 return _M

@@ -28,6 +28,7 @@ type GatewayOptions struct {
 	Workers  int               // default 2
 	Env      map[string]string // extra TOLLGATE_* settings
 	LogLevel string            // default "info"
+	Backend  string            // host:port the gateway proxies to (default: the test server)
 }
 
 // Gateway is one running nginx with tollgate.
@@ -148,8 +149,12 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 	if err := os.WriteFile(extraPath, []byte(extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	backend := "127.0.0.1:" + strconv.Itoa(testPort)
+	if o.Backend != "" {
+		backend = o.Backend
+	}
 	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort), "127.0.0.1:"+strconv.Itoa(metricsPort),
-		"127.0.0.1:"+strconv.Itoa(testPort), o.Workers, o.LogLevel, "include "+extraPath+";")
+		backend, o.Workers, o.LogLevel, "include "+extraPath+";")
 
 	g := &Gateway{
 		t: t, Prefix: prefix, NodeID: o.NodeID,

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openBrowser, screenshot, type Browser } from './browser.ts'
 import { AppDetailPage, AppFormPage, AppsPage, DashboardPage, EmergencyPage, LoginPage, Shell } from './pages/pages.ts'
 import { byTest, parseNumber, until } from './pages/ui.ts'
-import { ADMIN, Api, startStack, traffic, type Stack } from './stack.ts'
+import { ADMIN, Api, redisCli, startStack, traffic, type Stack } from './stack.ts'
 
 const APP = 'e2e-photos'
 const VIEWER = { username: 'e2e-viewer', password: 'e2e-viewer-password-1' }
@@ -155,6 +155,35 @@ describe('admin console on a real stack', () => {
     await expect.poll(() => form.fieldError('Burst quota').textContent()).toMatch(/at least guaranteed_quota/)
     await screenshot(page, '10-app-field-error')
     expect(await api.call('GET', `/api/v1/apps/${APP}`)).toMatchObject({ burst_quota: 9000 })
+  })
+
+  it('06b gives the app S3 access keys and a bucket, and takes them back', async () => {
+    const { page } = admin
+    await api.call('POST', '/api/v1/apps/demo-p1/access-keys', { access_key_id: 'AKIAE2EHELDBYDEMOP1' })
+    await page.goto(`${stack.base}/apps/${APP}`)
+    const detail = new AppDetailPage(page)
+    await detail.ready(APP)
+    expect(await detail.s3Tags('access-keys')).toEqual([])
+    await detail.addS3('access-key', 'AKIAE2EPHOTOS0000001')
+    await until(async () => (await detail.s3Tags('access-keys')).includes('AKIAE2EPHOTOS0000001'), 'the new key on the page')
+    await detail.addS3('access-key', 'minio.e2e~user')
+    await until(async () => (await detail.s3Tags('access-keys')).length === 2, 'the second key on the page')
+    expect(await redisCli(stack, 'HGET', 'ratelimit:access_keys', 'AKIAE2EPHOTOS0000001')).toBe(APP)
+    // a key another app holds: the API's 409, in words, and nothing written
+    await detail.addS3('access-key', 'AKIAE2EHELDBYDEMOP1')
+    await expect.poll(() => detail.s3Error('access-key').textContent()).toMatch(/another application holds/i)
+    expect(await redisCli(stack, 'HGET', 'ratelimit:access_keys', 'AKIAE2EHELDBYDEMOP1')).toBe('demo-p1')
+    // malformed: refused before it is sent
+    await detail.addS3('access-key', 'has/slash')
+    await expect.poll(() => detail.s3Error('access-key').textContent()).toMatch(/no '\/' or ','/)
+    await detail.addS3('bucket', 'e2e-photos-public')
+    await until(async () => (await detail.s3Tags('buckets')).includes('e2e-photos-public'), 'the bucket on the page')
+    expect(await api.call('GET', '/api/v1/buckets/e2e-photos-public')).toMatchObject({ app_id: APP })
+    await screenshot(page, '10b-app-s3-identity')
+    await detail.removeS3('access-keys', 'minio.e2e~user')
+    await until(async () => (await detail.s3Tags('access-keys')).length === 1, 'the removed key to leave the page')
+    expect(await redisCli(stack, 'HEXISTS', 'ratelimit:access_keys', 'minio.e2e~user')).toBe('0')
+    expect(await api.call('GET', `/api/v1/apps/${APP}/access-keys`)).toEqual([{ access_key_id: 'AKIAE2EPHOTOS0000001' }])
   })
 
   it('07 activates and deactivates emergency mode', async () => {

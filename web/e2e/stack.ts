@@ -29,8 +29,10 @@ export interface Stack {
   gateway: string
   /** the gateway's /health and /metrics (a listener of their own) */
   gatewayMetrics: string
-  /** the demo storage backend behind the gateway (its failure switch answers loopback only) */
+  /** the demo storage backend behind the gateway */
   backend: string
+  /** the demo backend's failure switch: its own loopback listener, never behind the gateway */
+  backendAdmin: string
   /** host:port of the stack's redis-server */
   redis: string
   runDir: string
@@ -38,8 +40,8 @@ export interface Stack {
 }
 
 export async function startStack(): Promise<Stack> {
-  const [gw, cp, redis, backend, prom, gwMetrics] = await Promise.all([freePort(), freePort(), freePort(),
-    freePort(), freePort(), freePort()])
+  const [gw, cp, redis, backend, prom, gwMetrics, backendAdmin] = await Promise.all([freePort(), freePort(),
+    freePort(), freePort(), freePort(), freePort(), freePort()])
   const runDir = mkdtempSync(join(tmpdir(), 'tollgate-e2e-'))
   const env = {
     ...process.env,
@@ -48,6 +50,7 @@ export async function startStack(): Promise<Stack> {
     TOLLGATE_CP_ADDR: `127.0.0.1:${cp}`,
     TOLLGATE_REDIS_ADDR: `127.0.0.1:${redis}`,
     TOLLGATE_BACKEND_ADDR: `127.0.0.1:${backend}`,
+    TOLLGATE_BACKEND_ADMIN_ADDR: `127.0.0.1:${backendAdmin}`,
     TOLLGATE_PROMETHEUS_ADDR: `127.0.0.1:${prom}`,
     TOLLGATE_RUN_DIR: runDir,
     TOLLGATE_NODE_ID: 'gw-e2e',
@@ -68,6 +71,7 @@ export async function startStack(): Promise<Stack> {
     gateway: `http://127.0.0.1:${gw}`,
     gatewayMetrics: `http://127.0.0.1:${gwMetrics}`,
     backend: `http://127.0.0.1:${backend}`,
+    backendAdmin: `http://127.0.0.1:${backendAdmin}`,
     redis: `127.0.0.1:${redis}`,
     runDir,
     async stop() {
@@ -145,8 +149,8 @@ export async function gatewayConfigVersion(stack: Pick<Stack, 'gatewayMetrics'>)
 }
 
 /** The demo backend's failure switch (README "Circuit breaker"): `fail?status=503`, `heal`. */
-export async function demoBackend(stack: Pick<Stack, 'backend'>, command: string): Promise<void> {
-  const res = await fetch(`${stack.backend}/_demo/${command}`, { method: 'POST' })
+export async function demoBackend(stack: Pick<Stack, 'backendAdmin'>, command: string): Promise<void> {
+  const res = await fetch(`${stack.backendAdmin}/_demo/${command}`, { method: 'POST' })
   if (!res.ok) throw new Error(`POST /_demo/${command}: ${res.status} ${await res.text()}`)
 }
 

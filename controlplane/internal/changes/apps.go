@@ -184,8 +184,8 @@ func (s *Service) restoreConn(ctx context.Context, k string, old []any) {
 	}
 }
 
-// DeleteApp removes an app: out of the index first (gateways answer unknown_app from the next
-// notice on), then its L2, lease, stats and connection keys, then its allocation leaves L1 by
+// DeleteApp removes an app: out of the index first, with its access keys and buckets (gateways
+// answer unknown_app from the next notice on), then its L2, lease, stats and connection keys, then its allocation leaves L1 by
 // l1_reconcile, which recomputes allocated/borrowed/available from the remaining apps.
 func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) (Outcome, error) {
 	cur, err := s.GetApp(ctx, id)
@@ -198,8 +198,12 @@ func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) 
 		return out, nil
 	}
 	c := cur.ClusterID
+	// the app, then its access keys and buckets, leave in one config version
 	v, err := s.o.Store.Bump(ctx, func(ctx context.Context) error {
-		return s.o.Redis.HDel(ctx, keys.AppsIndex(), id).Err()
+		if err := s.o.Redis.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
+			return err
+		}
+		return s.o.Store.RemoveAppIdentity(ctx, id)
 	})
 	if err == nil {
 		err = s.o.Redis.Del(ctx, keys.L2(c, id), keys.Leases(c, id), keys.Nodes(c, id),

@@ -24,6 +24,8 @@ import (
 var (
 	ErrExists   = errors.New("already exists")
 	ErrNotFound = errors.New("not found")
+	// ErrUnknownApp: a change names an app (in its body) that does not exist.
+	ErrUnknownApp = errors.New("no such app")
 )
 
 // InvalidError: the change failed validation; nothing was written.
@@ -44,6 +46,16 @@ type Store interface {
 	ClusterApps(ctx context.Context, cluster string) ([]string, error)
 	ConfigVersion(ctx context.Context) (int64, error)
 	Bump(ctx context.Context, write func(context.Context) error) (int64, error)
+
+	AccessKeys(ctx context.Context, app string) ([]string, error)
+	AddAccessKey(ctx context.Context, app, key string) (bool, int64, error)
+	RemoveAccessKey(ctx context.Context, app, key string) (int64, error)
+	BucketOwner(ctx context.Context, bucket string) (string, error)
+	AppBuckets(ctx context.Context, app string) ([]string, error)
+	ListBuckets(ctx context.Context) ([]store.Bucket, error)
+	PutBucket(ctx context.Context, bucket, app string) (string, int64, error)
+	DeleteBucket(ctx context.Context, bucket string) (string, int64, error)
+	RemoveAppIdentity(ctx context.Context, app string) error
 }
 
 // Validator validates changes (implemented by *validate.Validator).
@@ -130,8 +142,16 @@ func errorCode(err error) string {
 		return "cluster_change"
 	case errors.Is(err, ErrExists):
 		return "exists"
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return "not_found"
+	case errors.Is(err, ErrUnknownApp):
+		return "unknown_app"
+	case errors.Is(err, store.ErrAccessKeyInUse):
+		return "access_key_in_use"
+	case errors.Is(err, store.ErrInvalidAccessKey):
+		return "invalid_access_key"
+	case errors.Is(err, store.ErrInvalidBucket):
+		return "invalid_bucket"
 	}
 	return "write_failed"
 }

@@ -1,5 +1,16 @@
-// Command tollgate-demo-s3 is the in-memory S3-like storage backend of tollgate's demo.
-// Environment: TOLLGATE_BACKEND_ADDR (default 127.0.0.1:9000).
+// Command tollgate-demo-s3 is the in-memory S3 storage backend of tollgate's demo (gofakes3 with
+// signature checks, aws-chunked uploads, UploadPartCopy and a failure switch).
+//
+// Environment:
+//
+//	TOLLGATE_BACKEND_ADDR        storage API (default 127.0.0.1:9000)
+//	TOLLGATE_BACKEND_ADMIN_ADDR  the failure switch (/_demo/fail, /_demo/heal); a loopback
+//	                             address, never the one a gateway proxies to (unset: no switch)
+//	TOLLGATE_DEMO_CREDENTIALS    access keys the backend accepts: "AKID:SECRET[,AKID:SECRET…]"
+//	                             (unset: only anonymous requests are served; signed ones get
+//	                             403 InvalidAccessKeyId)
+//	TOLLGATE_S3_DOMAINS          comma-separated domains of virtual-hosted style
+//	                             (<bucket>.<domain>); default s3.localhost
 package main
 
 import (
@@ -7,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,7 +32,11 @@ import (
 
 const (
 	envAddr         = "TOLLGATE_BACKEND_ADDR"
+	envAdminAddr    = "TOLLGATE_BACKEND_ADMIN_ADDR"
+	envCredentials  = "TOLLGATE_DEMO_CREDENTIALS"
+	envDomains      = "TOLLGATE_S3_DOMAINS"
 	defaultAddr     = "127.0.0.1:9000"
+	defaultDomains  = "s3.localhost"
 	shutdownTimeout = 10 * time.Second
 )
 
@@ -39,23 +56,68 @@ func main() {
 	}
 }
 
+// parseCredentials reads "AKID:SECRET,…"; every entry needs both parts.
+func parseCredentials(v string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(v) == "" {
+		return out, nil
+	}
+	for i, e := range strings.Split(v, ",") {
+		k, sec, ok := strings.Cut(strings.TrimSpace(e), ":")
+		if !ok || k == "" || sec == "" || strings.ContainsAny(k, "/ \t") {
+			return nil, fmt.Errorf("%s: entry %d is not AKID:SECRET", envCredentials, i+1)
+		}
+		out[k] = sec
+	}
+	return out, nil
+}
+
+func loopbackAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", envAdminAddr, err)
+	}
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+		return fmt.Errorf("%s must be a loopback address, not %q", envAdminAddr, addr)
+	}
+	return nil
+}
+
 func run(log *slog.Logger) error {
 	addr := os.Getenv(envAddr)
 	if addr == "" {
 		addr = defaultAddr
 	}
+	creds, err := parseCredentials(os.Getenv(envCredentials))
+	if err != nil {
+		return err
+	}
+	domains := os.Getenv(envDomains)
+	if domains == "" {
+		domains = defaultDomains
+	}
+	var ds []string
+	for _, d := range strings.Split(domains, ",") {
+		if d = strings.Trim(strings.TrimSpace(d), "."); d != "" {
+			ds = append(ds, d)
+		}
+	}
+	backend := s3.New(s3.Options{Credentials: creds, Domains: ds})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv := &http.Server{
-		Addr:              addr,
-		Handler:           s3.New(s3.Options{}),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+	servers := []*http.Server{{Addr: addr, Handler: backend, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}}
+	if admin := os.Getenv(envAdminAddr); admin != "" {
+		if err := loopbackAddr(admin); err != nil {
+			return err
+		}
+		servers = append(servers, &http.Server{Addr: admin, Handler: backend.Admin(), ReadHeaderTimeout: 10 * time.Second})
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("tollgate-demo-s3 listening", "addr", addr,
-		"max_object_bytes", s3.DefaultMaxObjectSize, "max_total_bytes", s3.DefaultMaxTotalSize)
+	errc := make(chan error, len(servers))
+	for _, srv := range servers {
+		go func() { errc <- srv.ListenAndServe() }()
+	}
+	log.Info("tollgate-demo-s3 listening", "addr", addr, "admin_addr", os.Getenv(envAdminAddr),
+		"access_keys", len(creds), "domains", ds, "max_object_bytes", s3.DefaultMaxObjectSize)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)
@@ -63,11 +125,15 @@ func run(log *slog.Logger) error {
 	}
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shCtx); err != nil {
-		return fmt.Errorf("http shutdown: %w", err)
+	for _, srv := range servers {
+		if err := srv.Shutdown(shCtx); err != nil {
+			return fmt.Errorf("http shutdown: %w", err)
+		}
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http server: %w", err)
+	for range servers {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
 	}
 	log.Info("stopped")
 	return nil

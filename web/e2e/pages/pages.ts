@@ -210,6 +210,26 @@ export class AppDetailPage {
   editButton(): Locator {
     return byTest(this.page, 'detail-edit')
   }
+
+  /** The S3 identity card: access keys and buckets. */
+  async s3Tags(kind: 'access-keys' | 'buckets'): Promise<string[]> {
+    const tags = byTest(this.page, kind).locator('.el-tag')
+    return (await tags.allTextContents()).map((t) => t.trim())
+  }
+
+  async addS3(kind: 'access-key' | 'bucket', value: string): Promise<void> {
+    await input(this.page, `${kind}-input`).fill(value)
+    await byTest(this.page, `${kind}-add`).click()
+  }
+
+  s3Error(kind: 'access-key' | 'bucket'): Locator {
+    return byTest(this.page, `${kind}-error`)
+  }
+
+  async removeS3(kind: 'access-keys' | 'buckets', value: string): Promise<void> {
+    const attr = kind === 'access-keys' ? 'data-key' : 'data-bucket'
+    await byTest(this.page, kind).locator(`[${attr}="${value}"] .el-tag__close`).click()
+  }
 }
 
 export class EmergencyPage {

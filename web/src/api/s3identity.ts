@@ -1,0 +1,34 @@
+// S3 identity of apps: the access keys requests are charged by, and the bucket map that charges
+// anonymous requests to a bucket's owner (docs/s3-clients.md).
+import { http } from './http'
+
+export interface AccessKey { access_key_id: string }
+export interface BucketOwner { bucket: string; app_id: string }
+export interface IdentityChange { written: boolean; config_version?: number }
+
+const appPath = (id: string) => `/api/v1/apps/${encodeURIComponent(id)}`
+const bucketPath = (b: string) => `/api/v1/buckets/${encodeURIComponent(b)}`
+
+export async function accessKeys(appId: string): Promise<string[]> {
+  return (await http.get<AccessKey[]>(`${appPath(appId)}/access-keys`)).map((k) => k.access_key_id)
+}
+
+export function addAccessKey(appId: string, key: string): Promise<IdentityChange> {
+  return http.post<IdentityChange>(`${appPath(appId)}/access-keys`, { access_key_id: key })
+}
+
+export async function removeAccessKey(appId: string, key: string): Promise<void> {
+  await http.delete<unknown>(`${appPath(appId)}/access-keys/${encodeURIComponent(key)}`)
+}
+
+export async function appBuckets(appId: string): Promise<string[]> {
+  return (await http.get<BucketOwner[]>(`${appPath(appId)}/buckets`)).map((b) => b.bucket)
+}
+
+export function putBucket(bucket: string, appId: string): Promise<IdentityChange> {
+  return http.put<IdentityChange>(bucketPath(bucket), { app_id: appId })
+}
+
+export async function removeBucket(bucket: string): Promise<void> {
+  await http.delete<unknown>(bucketPath(bucket))
+}

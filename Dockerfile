@@ -12,7 +12,7 @@ RUN npm ci --no-audit --no-fund --loglevel=error
 COPY web/ ./
 RUN npm run build
 
-FROM golang:1.24-bookworm AS build
+FROM golang:1.25-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

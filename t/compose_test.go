@@ -356,6 +356,14 @@ func TestDockerfileIsMultiStageStaticNonRoot(t *testing.T) {
 	if e := find(final, "ENTRYPOINT "); len(e) != 1 || !strings.Contains(e[0], `"/usr/bin/tollgate-controlplane"`) {
 		t.Errorf("ENTRYPOINT %v", e)
 	}
+	// the settings the image sets are settings
+	known := readSettings(t)
+	raw, _ := os.ReadFile(filepath.Join(repo, "Dockerfile"))
+	for _, n := range tollgateVar.FindAllString(string(raw), -1) {
+		if !known[n] {
+			t.Errorf("the Dockerfile sets %s, which the code does not read", n)
+		}
+	}
 	ignore, err := os.ReadFile(filepath.Join(repo, ".dockerignore"))
 	if err != nil {
 		t.Fatal(err)

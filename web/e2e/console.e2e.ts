@@ -47,6 +47,10 @@ describe('admin console on a real stack', () => {
     await dash.goto()
     const shell = new Shell(page)
     expect(await shell.role()).toBe('admin')
+    // the footer names the control plane's build (make build links scripts/version.sh's version)
+    const health = await (await fetch(`${stack.base}/health`)).json() as { version?: string }
+    expect(health.version).toMatch(/^[A-Za-z0-9._+-]+$/)
+    await until(async () => (await shell.buildVersion()) === `tollgate ${health.version}`, 'the footer to show the version')
     await until(async () => (await shell.liveStatus())?.trim() === 'live', 'the WebSocket to connect')
     expect(await dash.card('l1')).toMatch(/%$/)
 

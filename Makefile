@@ -4,8 +4,11 @@ export PATH := $(PATH):/usr/local/go/bin
 GO ?= go
 GOTEST_FLAGS ?=
 BINS := bin/tollgate-controlplane bin/tollgate-demo-s3
+# the build's version (git describe, else the VERSION file, else "dev"), linked into both binaries
+VERSION := $(shell scripts/version.sh)
+LDFLAGS := -X tollgate/internal/version.Version=$(VERSION)
 
-.PHONY: all deps build web run up down test lint test-lua test-go test-fuzz test-web test-e2e test-integration bench clean
+.PHONY: all deps build web run up down test lint api-doc settings-doc test-lua test-go test-fuzz test-web test-e2e test-integration bench clean install dist
 
 all: build
 
@@ -18,7 +21,7 @@ web: deps
 
 build: deps web
 	@mkdir -p bin
-	$(GO) build -o bin/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3
 
 run: build
 	@scripts/stack.sh run
@@ -33,8 +36,18 @@ lint: deps
 	luacheck -q lua t/lua t/nginx redis-scripts
 	promtool check rules deploy/prometheus/tollgate-alerts.yml
 	promtool test rules deploy/prometheus/tollgate-alerts_test.yml
-	@test -z "$$(gofmt -l controlplane demo internal t bench sim *.go)" || { gofmt -l controlplane demo internal t bench sim *.go; echo "gofmt needed"; exit 1; }
+	@test -z "$$(gofmt -l controlplane demo internal t bench sim docs *.go)" || { gofmt -l controlplane demo internal t bench sim docs *.go; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) test -count=1 -run TestAPIDocListsTheRoutes ./controlplane/internal/api
+
+# rewrite the route table of docs/api.md from the OpenAPI document (make lint checks it)
+api-doc:
+	$(GO) test -count=1 -run TestAPIDocListsTheRoutes ./controlplane/internal/api -update-api-doc
+
+# docs/settings.md and nginx/tollgate_env.conf from the settings schemas (lua/tollgate/settings.lua,
+# controlplane/internal/config); test-go fails while they are not current
+settings-doc:
+	$(GO) test -count=1 -run '^TestSettingsDoc$$' ./controlplane/internal/config -update
 
 test-lua: deps
 	busted --lua=luajit -o utfTerminal t/lua
@@ -74,5 +87,24 @@ test: lint test-lua test-go test-fuzz test-web test-e2e test-integration
 bench: build
 	$(GO) run ./bench/cmd/tollgate-bench $(BENCH_FLAGS)
 
+# The FHS install layout (docs/deploy.md): binaries in $(PREFIX)/bin, the gateway's Lua, nginx
+# includes and Redis scripts in $(PREFIX)/share/tollgate, settings in $(SYSCONFDIR)/tollgate
+# (kept when present), the control plane's unit and nginx's drop-in in $(UNITDIR). Builds
+# nothing: run `make build` first (make install as root should not run npm or go).
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DESTDIR ?=
+BIN_DIR ?= $(CURDIR)/bin
+install:
+	@DESTDIR="$(DESTDIR)" PREFIX="$(PREFIX)" SYSCONFDIR="$(SYSCONFDIR)" UNITDIR="$(UNITDIR)" \
+	  VERSION="$(VERSION)" BIN_DIR="$(BIN_DIR)" scripts/install.sh
+
+# dist/tollgate-<version>-linux-amd64.tar.gz and its .sha256: the install tree of PREFIX=/usr
+# (binaries, Lua, includes, Redis scripts, units, settings examples) plus deploy/ and the
+# console's files, with SHA256SUMS inside; see docs/deploy.md
+dist: build
+	@VERSION="$(VERSION)" scripts/dist.sh
+
 clean:
-	rm -rf bin .run .test-integration.log
+	rm -rf bin dist .run .test-integration.log

@@ -1,4 +1,4 @@
--- Prelude prepended by both loaders (lua/tollgate/scripts.lua and internal/scripts)
+-- Prelude prepended by both loaders (lua/tollgate/redis/scripts.lua and internal/scripts)
 -- to every script of this directory. Time comes from Redis TIME, never from a node clock; the
 -- simulator may pass an explicit time (Unix microseconds) as the optional last argument.
 

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// Gateway holds the L3 lease parameters, with the defaults of lua/tollgate/config.lua and
-// lua/tollgate/sync.lua.
+// Gateway holds the L3 lease parameters, with the defaults of lua/tollgate/config/apps.lua and
+// lua/tollgate/lease/sync.lua.
 type Gateway struct {
 	SyncInterval    time.Duration // TOLLGATE_SYNC_INTERVAL 0.1 s
 	BatchThreshold  int64         // TOLLGATE_BATCH_THRESHOLD 1000 requests
@@ -23,9 +23,9 @@ type Gateway struct {
 	IdleReturn      time.Duration // TOLLGATE_IDLE_RETURN 1 s
 	NegCacheMin     time.Duration // 0.05 s
 	NegCacheMax     time.Duration // 1 s
-	Heartbeat       time.Duration // 5 s (sync.lua HEARTBEAT)
-	EWMA            float64       // 0.3 (sync.lua EWMA)
-	ScarceFor       time.Duration // 2 s (l3_bucket.lua note_grant)
+	Heartbeat       time.Duration // 5 s (lease/sync.lua HEARTBEAT)
+	EWMA            float64       // 0.3 (lease/sync.lua EWMA)
+	ScarceFor       time.Duration // 2 s (lease/bucket.lua note_grant)
 }
 
 // DefaultGateway are the gateway's defaults.

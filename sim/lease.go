@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// lease is what one gateway node knows of one app (lua/tollgate/l3_bucket.lua and sync.lua):
+// lease is what one gateway node knows of one app (lua/tollgate/lease/bucket.lua and
+// lease/sync.lua):
 // its tokens, pending consumption, reserve target and the upkeep state of worker 0's tick.
 type lease struct {
 	tokens       int64
@@ -30,7 +31,7 @@ type lease struct {
 	refilling bool // an asynchronous refill is in flight
 }
 
-// targetOf is sync.lua's target(): ~TargetHorizon of the node's traffic, at least MinTarget
+// targetOf is lease/sync.lua's target(): ~TargetHorizon of the node's traffic, at least MinTarget
 // unless L2 is scarce, at most a fair share of the burst among the active nodes and MaxTarget.
 func targetOf(g Gateway, rate float64, scarce bool, burst, nodes int64) int64 {
 	t := rate * g.TargetHorizon
@@ -45,7 +46,7 @@ func targetOf(g Gateway, rate float64, scarce bool, burst, nodes int64) int64 {
 	return int64(math.Max(1, math.Floor(t)))
 }
 
-// negTTL is the negative-cache time of l3_bucket.lua exhausted(): the time L2 needs to refill
+// negTTL is the negative-cache time of lease/bucket.lua exhausted(): the time L2 needs to refill
 // the deficit at its rate, clamped.
 func negTTL(g Gateway, deficit int64, rateMilli int64) time.Duration {
 	secs := 60.0

@@ -285,7 +285,7 @@ func (s *Sim) activate() error {
 	return nil
 }
 
-// scaleLeases is emergency.lua scale_leases(): cut every lease of node n to its ratio (the rest
+// scaleLeases is lease/emergency.lua scale_leases(): cut every lease of node n to its ratio (the rest
 // is given back with the next report) and scale its target.
 func (s *Sim) scaleLeases(n int) {
 	for _, r := range s.byNode[n] {
@@ -454,7 +454,7 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 
 func nodeID(n int) string { return fmt.Sprintf("n%03d", n) }
 
-// ticks is worker 0's tick of sync.lua on every node whose sync interval comes round: upkeep
+// ticks is worker 0's tick of lease/sync.lua on every node whose sync interval comes round: upkeep
 // (rate, target, idle and scarce returns, emergency give-back) and the reports it makes due; a
 // lease with BatchThreshold pending requests reports at once.
 func (s *Sim) ticks() []call {
@@ -515,7 +515,7 @@ func (s *Sim) upkeep(a *app, l *lease, n int) (call, bool) {
 	return s.report(a, l, n, returned), true
 }
 
-// report is sync.lua prepare()+send(): pending consumption, returned tokens and held tokens.
+// report is lease/sync.lua prepare()+send(): pending consumption, returned tokens and held tokens.
 func (s *Sim) report(a *app, l *lease, n int, returned int64) call {
 	l.seq++
 	r := ledger.Report{Seq: l.seq, Consumed: l.pendingCost, Requests: l.pendingCount, Returned: returned, Held: l.tokens}

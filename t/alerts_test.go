@@ -633,7 +633,7 @@ func TestAlertDriftHigh(t *testing.T) {
 		t.Fatalf("the killed node's ledger reaped within TOLLGATE_CP_REAP_AFTER: %v", s.leases("roomy"))
 	}
 
-	g2 := harness.StartGateway(t, harness.GatewayOptions{RedisURL: s.redis.URL(), NodeID: node,
+	g2 := harness.StartGateway(t, harness.GatewayOptions{RedisURL: s.gwURL, NodeID: node,
 		Env: o.gatewayEnv()})
 	if r := g2.Do("GET", "/bucket/obj", "roomy", nil, nil); r.Status != 200 {
 		t.Fatalf("restarted node: %d %s", r.Status, r.Body)

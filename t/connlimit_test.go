@@ -22,14 +22,13 @@ import (
 	"tollgate/internal/scripts"
 	"tollgate/internal/seed"
 	"tollgate/internal/store"
-	"tollgate/internal/testutil"
 	"tollgate/t/harness"
 )
 
 // connStack is newStack with one gateway of `workers` nginx workers.
 func connStack(t *testing.T, workers int, env map[string]string) *stack {
 	t.Helper()
-	r := testutil.StartRedis(t)
+	r, gwURL := gatewayRedis(t)
 	rdb := r.Client()
 	set, err := scripts.New()
 	if err != nil {
@@ -39,9 +38,9 @@ func connStack(t *testing.T, workers int, env map[string]string) *stack {
 	if _, err := seed.Demo(context.Background(), st); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
-	s := &stack{t: t, redis: r, rdb: rdb, store: st, scripts: set}
+	s := &stack{t: t, redis: r, gwURL: gwURL, rdb: rdb, store: st, scripts: set}
 	s.gws = append(s.gws, harness.StartGateway(t, harness.GatewayOptions{
-		RedisURL: r.URL(), NodeID: "node-1", Workers: workers, Env: env,
+		RedisURL: gwURL, NodeID: "node-1", Workers: workers, Env: env,
 	}))
 	return s
 }
@@ -981,7 +980,7 @@ func TestConnMetricsAndNodeStats(t *testing.T) {
 	})
 	connOps(g, "demo-p1", "default", []string{"a", "l1:1000", "c"})
 	eventually(t, "leak counter", func() bool { return g.Metric("connlimit_leaked_total"+labels) == 1 })
-	resp, err := g.Client.Get(g.URL + "/metrics")
+	resp, err := g.Client.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

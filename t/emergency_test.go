@@ -2,33 +2,44 @@ package t
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
 
+	"tollgate/internal/keys"
+	"tollgate/internal/ledger"
 	"tollgate/t/harness"
 )
 
-// activate writes the cluster's emergency state the way the control plane does and announces it
-// (publish=false simulates a lost notice).
-func (s *stack) emergency(active bool, until time.Time, publish bool) {
+// activateEmergency puts cluster "default" in emergency mode for d through the control plane's
+// own path (ledger.ActivateEmergency: the emergency_activate script writes L1 and the history
+// and publishes the notice).
+func (s *stack) activateEmergency(d time.Duration) {
 	s.t.Helper()
-	c := context.Background()
-	mode := "0"
-	if active {
-		mode = "1"
-	}
-	if err := s.rdb.HSet(c, "ratelimit:{default}:l1", "emergency_mode", mode,
-		"emergency_until", until.Unix(), "emergency_reason", "test").Err(); err != nil {
+	if _, _, err := ledger.New(s.rdb, s.scripts).ActivateEmergency(context.Background(), "default",
+		ledger.Activation{Duration: d, Reason: "test", Source: "manual", Actor: "t"}, 0); err != nil {
 		s.t.Fatal(err)
 	}
-	if publish {
-		msg, _ := json.Marshal(map[string]any{"cluster_id": "default", "active": active,
-			"until": until.Unix(), "reason": "test"})
-		if err := s.rdb.Publish(c, "ratelimit:emergency", msg).Err(); err != nil {
-			s.t.Fatal(err)
-		}
+}
+
+// deactivateEmergency ends it the same way (emergency_deactivate, with its notice).
+func (s *stack) deactivateEmergency() {
+	s.t.Helper()
+	if _, err := ledger.New(s.rdb, s.scripts).DeactivateEmergency(context.Background(), "default",
+		ledger.Deactivation{Reason: "test", Source: "manual", Actor: "t"}, 0); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// activateEmergencyNoticeLost runs the same emergency_activate script with its notice sent to a
+// channel no gateway listens to: a lost notice.
+func (s *stack) activateEmergencyNoticeLost(d time.Duration) {
+	s.t.Helper()
+	err := s.scripts.Run(context.Background(), s.rdb, "emergency_activate",
+		[]string{keys.L1("default"), keys.EmergencyHistory("default")},
+		"default", int64(d/time.Second), "test", "manual", "t", "nobody-listens", "").Err()
+	if err != nil {
+		s.t.Fatal(err)
 	}
 }
 
@@ -55,7 +66,7 @@ func TestEmergencyReachesEveryNodeAtOnce(t *testing.T) {
 	}
 	p1Before := s.gws[0].State("demo-p1").Tokens
 	start := time.Now()
-	s.emergency(true, time.Now().Add(30*time.Second), true)
+	s.activateEmergency(30 * time.Second)
 	for _, g := range s.gws {
 		harness.Eventually(t, 200*time.Millisecond, "P3 blocked on "+g.NodeID, func() bool {
 			return reasonOf(t, g.Do("GET", "/bucket/obj", "demo-p3", nil, nil)) == "emergency_blocked"
@@ -74,7 +85,7 @@ func TestEmergencyReachesEveryNodeAtOnce(t *testing.T) {
 		t.Fatalf("P0 during emergency: %d", r.Status)
 	}
 	start = time.Now()
-	s.emergency(false, time.Now(), true)
+	s.deactivateEmergency()
 	for _, g := range s.gws {
 		harness.Eventually(t, 200*time.Millisecond, "P3 served on "+g.NodeID, func() bool {
 			return g.Do("HEAD", "/bucket/obj", "demo-p3", nil, nil).Status == 200
@@ -88,7 +99,7 @@ func TestEmergencyReachesEveryNodeAtOnce(t *testing.T) {
 func TestEmergencyExpiresAndPollCatchesMissedNotice(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	g := s.gw()
-	s.emergency(true, time.Now().Add(2*time.Second), false) // no notice: the poll must find it
+	s.activateEmergencyNoticeLost(2 * time.Second) // no notice: the poll must find it
 	eventually(t, "emergency found by the poll", func() bool {
 		return reasonOf(t, g.Do("GET", "/bucket/obj", "demo-p3", nil, nil)) == "emergency_blocked"
 	})

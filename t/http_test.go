@@ -40,7 +40,7 @@ func TestAdmittedRequestCarriesCostHeaders(t *testing.T) {
 
 // X-RateLimit-Remaining is the lease's exact remaining tokens at any size: up to 65535 the
 // header variable takes a cached string, above it the digits are written into a C buffer
-// (tollgate.numvar) — both sides of that edge, every digit count, and random values. (Never 0:
+// (tollgate.request.numvar) — both sides of that edge, every digit count, and random values. (Never 0:
 // an empty lease would start a refill that lands in a later case.)
 func TestRemainingHeaderIsExact(t *testing.T) {
 	s := newStack(t, stackOptions{env: quiet(map[string]string{"TOLLGATE_RESERVE_TARGET": "1"})})
@@ -219,11 +219,37 @@ func TestHealthAndMetricsAreNeverLimited(t *testing.T) {
 	}
 	for i := 0; i < 50; i++ {
 		for _, p := range []string{"/health", "/metrics"} {
-			r := g.Do("GET", p, "tiny", nil, nil)
-			if r.Status != 200 {
+			if r := g.Monitor(p); r.Status != 200 {
 				t.Fatalf("%s: %d", p, r.Status)
 			}
 		}
+	}
+}
+
+// Issue 19 item 8: /health and /metrics (every app id and its token levels) are served on
+// their own listener only; on the tenants' listener they are ordinary, limited requests for a
+// bucket, and the monitoring listener serves nothing else.
+func TestMonitoringHasItsOwnListener(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	g.Do("GET", "/bucket/k", "demo-p0", nil, nil)
+	eventually(t, "the monitoring listener's /metrics lists demo-p0", func() bool {
+		return strings.Contains(string(g.Monitor("/metrics").Body), `app_id="demo-p0"`)
+	})
+	for _, p := range []string{"/health", "/metrics"} {
+		if r := g.Do("GET", p, "", nil, nil); r.Status != 400 ||
+			strings.Contains(string(r.Body), "ratelimit_") || strings.Contains(string(r.Body), "config_version") {
+			t.Fatalf("tenant listener, %s without an app id: %d %s, want the gateway's 400", p, r.Status, r.Body)
+		}
+		if r := g.Do("GET", p, "demo-p1", nil, nil); strings.Contains(string(r.Body), "ratelimit_") ||
+			strings.Contains(string(r.Body), "config_version") {
+			t.Fatalf("tenant listener, %s as demo-p1 answered the gateway's own %s: %d %s", p, p, r.Status, r.Body)
+		}
+	}
+	// the tenants' GETs of /health and /metrics were charged to demo-p1 like any request
+	metricIs(t, g, `ratelimit_requests_total{app_id="demo-p1",method="GET",status="200"}`, 2)
+	if r := g.Monitor("/bucket/k"); r.Status != 404 {
+		t.Fatalf("monitoring listener, /bucket/k: %d, want 404", r.Status)
 	}
 }
 
@@ -245,7 +271,7 @@ func TestMetricsExposition(t *testing.T) {
 		`ratelimit_l3_cache_hit_ratio`,
 	}
 	eventually(t, "metrics of 21 requests", func() bool {
-		body := string(g.Do("GET", "/metrics", "", nil, nil).Body)
+		body := string(g.Monitor("/metrics").Body)
 		for _, w := range want {
 			if !strings.Contains(body, w) {
 				return false

@@ -73,9 +73,8 @@ func requireServed(t *testing.T, what string, res map[string]*measuredLoad) {
 		t.Logf("%s, %s: admitted %d, rejected %d, 5xx %d, errors %d, slowest %v", what, app,
 			m.admitted.Load(), m.rejected.Load(), m.server5xx.Load(), m.errors.Load(),
 			time.Duration(m.slowest.Load()))
-		if m.server5xx.Load() != 0 || m.errors.Load() != 0 {
-			t.Errorf("%s, %s: %d answers 5xx and %d failed requests", what, app,
-				m.server5xx.Load(), m.errors.Load())
+		if bad := m.unexpected(); bad != "" {
+			t.Errorf("%s, %s: %s", what, app, bad)
 		}
 		if m.admitted.Load() == 0 {
 			t.Errorf("%s, %s: nothing admitted", what, app)

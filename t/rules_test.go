@@ -228,6 +228,36 @@ func TestRuleEndpointMatching(t *testing.T) {
 	}
 }
 
+// Issue 19 item 1: path globs that a backtracking matcher takes minutes over (four '**' and a
+// suffix the URI lacks; '**' and '*' runs around a literal the URI lacks) answer long URIs at
+// once (the harness client gives up after 10 s), and still count what they match.
+func TestRulePathGlobsDoNotBacktrack(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putRules(nil,
+		base("dashes-gz", 1, 60, rule{"scope": "endpoint", "match": rule{"path": "/**-**-**-**.gz",
+			"app_ids": []string{"demo-p1"}}}),
+		base("dashes-x", 1, 60, rule{"scope": "endpoint", "match": rule{"path": "/**-**x**-**.gz",
+			"app_ids": []string{"demo-p2"}}}),
+		base("seg-x", 1, 60, rule{"scope": "endpoint", "match": rule{"path": "/*-*-*-*-*x",
+			"app_ids": []string{"demo-p3"}}}))
+	dashes := strings.Repeat("-", 3000)
+	for _, c := range []struct{ app, path, match, rule string }{
+		{"demo-p1", "/" + dashes + "z", "/" + dashes + ".gz", "dashes-gz"},
+		{"demo-p2", "/" + dashes + ".gz", "/a-b-x-c.gz", "dashes-x"},
+		{"demo-p3", "/" + dashes + "/x", "/" + dashes + "x", "seg-x"},
+	} {
+		// a long URI the glob does not match: answered, never counted
+		if got := admitted(t, g, 2, "GET", c.path, c.app, "", nil); got != 2 {
+			t.Fatalf("%s: %d bytes it does not match admitted %d of 2", c.rule, len(c.path), got)
+		}
+		// what it matches is counted: one request a minute
+		if got := admitted(t, g, 2, "GET", c.match, c.app, c.rule, nil); got != 1 {
+			t.Fatalf("%s: %d bytes it matches admitted %d of 2, want 1", c.rule, len(c.match), got)
+		}
+	}
+}
+
 // Window boundary: requests one after another from 70 % into a window for 2.5 windows. A fixed
 // window admits its limit at the end of one window and again at the start of the next (2 x
 // limit in far less than a window); a sliding window never admits more than its limit in any

@@ -90,13 +90,13 @@ func sh(t *testing.T, env []string, name string, args ...string) string {
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, tail(out.String(), 1500),
-			tail(errOut.String(), 3000))
+		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, lastBytes(out.String(), 1500),
+			lastBytes(errOut.String(), 3000))
 	}
 	return out.String()
 }
 
-func tail(s string, n int) string {
+func lastBytes(s string, n int) string {
 	if len(s) > n {
 		return "…" + s[len(s)-n:]
 	}
@@ -450,7 +450,7 @@ func TestS3ClientsAgainstTheDemoBackend(t *testing.T) {
 // opCounters reads ratelimit_s3_operations_total and ratelimit_s3_cost_total by operation.
 func opCounters(t *testing.T, g *harness.Gateway) (ops, cost map[string]float64) {
 	t.Helper()
-	resp, err := g.Client.Get(g.URL + "/metrics")
+	resp, err := g.Client.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +504,7 @@ var s3BaseCost = map[string]float64{
 func TestS3ClientsThroughTheGateway(t *testing.T) {
 	requireTools(t, clientTools...)
 	st := s3Stack(t, nil)
-	if _, err := st.g.Client.Get(st.g.URL + "/metrics"); err != nil {
+	if _, err := st.g.Client.Get(st.g.MetricsURL + "/metrics"); err != nil {
 		t.Fatal(err)
 	}
 	big, data := bigFile(t)
@@ -593,7 +593,7 @@ func s3Stack(t *testing.T, env map[string]string) s3stack {
 
 func metricsText(t *testing.T, g *harness.Gateway) string {
 	t.Helper()
-	resp, err := g.Client.Get(g.URL + "/metrics")
+	resp, err := g.Client.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,6 +26,7 @@ import (
 type stack struct {
 	t       *testing.T
 	redis   *testutil.Redis
+	gwURL   string // the gateways' TOLLGATE_REDIS_URL: the restricted user of gatewayRedis
 	rdb     *redis.Client
 	store   *store.Store
 	scripts *scripts.Set
@@ -37,9 +40,35 @@ type stackOptions struct {
 	apps    []store.App       // extra apps in cluster "default"
 }
 
+// The password of the gateways' Redis user in the suites (a test Redis on loopback).
+const gatewayRedisPassword = "gateway-test-password"
+
+// gatewayRedis starts the suites' Redis with the gateways' ACL user of deploy/redis/gateway.acl
+// (what `make run` creates) and returns it with the URL the gateways connect with. When the test
+// ends, Redis' ACL LOG must be empty: every suite proves the gateway needs nothing more.
+func gatewayRedis(t *testing.T) (*testutil.Redis, string) {
+	t.Helper()
+	acl, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "deploy", "redis", "gateway.acl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--user", "tollgate-gateway", "on", ">" + gatewayRedisPassword},
+		strings.Fields(string(acl))...)
+	r := testutil.StartRedisArgs(t, args...)
+	t.Cleanup(func() {
+		c := r.Client()
+		log, err := c.Do(context.Background(), "ACL", "LOG").Slice()
+		if err == nil && len(log) > 0 {
+			t.Errorf("Redis refused the gateways' user (deploy/redis/gateway.acl) %d times; the latest: %v",
+				len(log), log[0])
+		}
+	})
+	return r, "redis://tollgate-gateway:" + gatewayRedisPassword + "@" + r.Addr() + "/0"
+}
+
 func newStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
-	r := testutil.StartRedis(t)
+	r, gwURL := gatewayRedis(t)
 	rdb := r.Client()
 	set, err := scripts.New()
 	if err != nil {
@@ -58,13 +87,13 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			t.Fatalf("put app %s: %v", a.AppID, err)
 		}
 	}
-	s := &stack{t: t, redis: r, rdb: rdb, store: st, scripts: set}
+	s := &stack{t: t, redis: r, gwURL: gwURL, rdb: rdb, store: st, scripts: set}
 	if o.nodes == 0 {
 		o.nodes = 1
 	}
 	for i := 0; i < o.nodes; i++ {
 		s.gws = append(s.gws, harness.StartGateway(t, harness.GatewayOptions{
-			RedisURL: r.URL(), NodeID: "node-" + strconv.Itoa(i+1), Env: o.env, Workers: o.workers,
+			RedisURL: gwURL, NodeID: "node-" + strconv.Itoa(i+1), Env: o.env, Workers: o.workers,
 		}))
 	}
 	return s

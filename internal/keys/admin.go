@@ -22,14 +22,23 @@ func AdminSession(sid string) string { return adminPrefix + "session:" + sid }
 // AdminRefresh is one refresh token by the hex SHA-256 of the token (never the token itself).
 func AdminRefresh(tokenHash string) string { return adminPrefix + "refresh:" + tokenHash }
 
-// AdminLoginFailures counts recent login attempts of one account ("user") or one client
-// address ("ip", hex of the address bytes).
+// AdminLoginFailures counts recent login attempts of one account from one client ("user",
+// "<user>:<client>") or failures of one client ("ip"); a client is the hex of an IPv4 address
+// or of an IPv6 /64 (auth.ClientID).
 func AdminLoginFailures(kind, id string) string {
 	return adminPrefix + "login:" + kind + ":" + id
 }
 
 // AdminAlerts is the hash alert id -> JSON alert.
 func AdminAlerts() string { return adminPrefix + "alerts" }
+
+// AdminAuditAnonymous is the audit stream of requests refused before authentication, trimmed
+// on its own so that they can never push authenticated entries out of AdminAudit.
+func AdminAuditAnonymous() string { return adminPrefix + "audit:anonymous" }
+
+// AdminUserSessions is the set of a user's session ids, so that deleting, disabling or
+// changing the user can end every session at once.
+func AdminUserSessions(user string) string { return adminPrefix + "user_sessions:" + user }
 
 // AppBuckets is the set of the buckets an app owns in Buckets: read by the control plane only
 // (to list them and to remove them with their app), so not part of keys.golden.

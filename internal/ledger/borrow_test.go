@@ -1,10 +1,12 @@
-package ledger
+package ledger_test
 
 import (
 	"math"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	. "tollgate/internal/ledger" // an external test: testutil's Fixture imports ledger
 )
 
 // Property 5: when the bucket cannot cover a grant's min, the grant borrows A from L1 with

@@ -1,4 +1,4 @@
-package ledger
+package ledger_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"tollgate/internal/keys"
+	. "tollgate/internal/ledger" // an external test: testutil's Fixture imports ledger
 )
 
 var ratios = map[int]float64{0: 1, 1: 0.5, 2: 0.1, 3: 0}

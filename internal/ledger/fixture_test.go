@@ -1,4 +1,4 @@
-package ledger
+package ledger_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	. "tollgate/internal/ledger" // an external test: testutil's Fixture imports ledger
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 	"tollgate/internal/testutil"

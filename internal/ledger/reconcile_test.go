@@ -1,4 +1,4 @@
-package ledger
+package ledger_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"tollgate/internal/keys"
+	. "tollgate/internal/ledger" // an external test: testutil's Fixture imports ledger
 	"tollgate/internal/store"
 )
 

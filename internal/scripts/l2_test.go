@@ -1,4 +1,4 @@
-package scripts
+package scripts_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"tollgate/internal/keys"
+	. "tollgate/internal/scripts" // an external test: testutil's Fixture imports scripts
 	"tollgate/internal/testutil"
 )
 

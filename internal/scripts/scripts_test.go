@@ -1,4 +1,4 @@
-package scripts
+package scripts_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/internal/keys"
+	. "tollgate/internal/scripts" // an external test: testutil's Fixture imports scripts
 	"tollgate/internal/testutil"
 )
 

@@ -1,4 +1,4 @@
-package store
+package store_test
 
 import (
 	"reflect"
@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/internal/keys"
+	. "tollgate/internal/store" // an external test: testutil's Fixture imports store
 )
 
 func TestListClustersAndClusterApps(t *testing.T) {

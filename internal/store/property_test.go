@@ -1,4 +1,4 @@
-package store
+package store_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
+
+	. "tollgate/internal/store" // an external test: testutil's Fixture imports store
 )
 
 // Property 7 on config changes: after any sequence of app and cluster updates, L1 allocated is

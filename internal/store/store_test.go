@@ -1,4 +1,4 @@
-package store
+package store_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"tollgate/internal/keys"
 	"tollgate/internal/scripts"
+	. "tollgate/internal/store" // an external test: testutil's Fixture imports store
 	"tollgate/internal/testutil"
 )
 

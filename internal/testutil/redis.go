@@ -1,5 +1,9 @@
-// Package testutil starts real redis-server processes for tests: a free loopback port, a
-// temporary directory, no persistence, and readiness by polling PING (never a fixed sleep).
+// Package testutil is the one test fixture package of the repository. It starts real
+// redis-server processes (a free loopback port, a temporary directory, no persistence, readiness
+// by polling PING, never a fixed sleep): one server (StartRedis), a Redis Cluster
+// (StartCluster) and a Sentinel group (StartSentinelGroup). On top of one server, Fixture is the
+// control plane's view of it (config store, ledger, fake Clock) for the job and API tests.
+// Eventually polls for a state instead of sleeping.
 package testutil
 
 import (

@@ -171,7 +171,7 @@ function _M.shared()
 end
 
 --- The registry dict and the prefix of this area's names in it (where other memory the master
--- maps with the counters keeps its address: tollgate.connlimit_track's record table).
+-- maps with the counters keeps its address: tollgate.conn.track's record table).
 function _M.registry()
     return reg, prefix
 end

@@ -8,7 +8,7 @@
 -- f:<type>:<app>:<rule> (occurrences folded since the last entry of that kind).
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
-local rredis = require("tollgate.redis")
+local rredis = require("tollgate.redis.client")
 local metrics = require("tollgate.metrics")
 
 local edict = ngx.shared.tollgate_events
@@ -43,7 +43,7 @@ local NFIELDS = #FIELDS
 
 local PER_SEC, NODE, R, BG_MS
 
---- s: settings (events_per_sec, node_id, bg_timeout_ms); client: tollgate.redis client (only
+--- s: settings (events_per_sec, node_id, bg_timeout_ms); client: tollgate.redis.client client (only
 -- the draining worker needs it).
 function _M.init(s, client)
     PER_SEC, NODE, BG_MS, R = s.events_per_sec, s.node_id, s.bg_timeout_ms, client

@@ -5,31 +5,42 @@
 --                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 local keys = require("tollgate.keys")
 local cost_mod = require("tollgate.cost")
-local scripts = require("tollgate.scripts")
-local rredis = require("tollgate.redis")
+local scripts = require("tollgate.redis.scripts")
+local rredis = require("tollgate.redis.client")
 local metrics = require("tollgate.metrics")
-local response = require("tollgate.response")
-local numvar = require("tollgate.numvar")
+local response = require("tollgate.request.response")
+local numvar = require("tollgate.request.numvar")
 local shm = require("tollgate.shm")
 local counters = require("tollgate.counters")
-local l3 = require("tollgate.l3_bucket")
-local sync = require("tollgate.sync")
-local watch = require("tollgate.watch")
-local deg = require("tollgate.degradation")
-local emergency = require("tollgate.emergency")
-local connlimit = require("tollgate.connlimit")
-local reservation = require("tollgate.reservation")
-local rules = require("tollgate.rules")
+local l3 = require("tollgate.lease.bucket")
+local sync = require("tollgate.lease.sync")
+local watch = require("tollgate.config.watch")
+local deg = require("tollgate.redis.degradation")
+local emergency = require("tollgate.lease.emergency")
+local connlimit = require("tollgate.conn.limiter")
+local reservation = require("tollgate.lease.reservation")
+local rules = require("tollgate.rules.check")
 local events = require("tollgate.events")
-local breaker = require("tollgate.breaker")
+local breaker = require("tollgate.breaker.breaker")
 
-local reqstate = require("tollgate.reqstate")
-local reqheaders = require("tollgate.reqheaders")
+local reqstate = require("tollgate.request.state")
+local reqheaders = require("tollgate.request.headers")
 
 local cjson = require("cjson.safe")
+
+-- The build's version: tollgate_build.lua next to the tollgate/ directory, written by the
+-- gateway renders (scripts/render-gateway.sh, the test harness), make install and make dist
+-- (scripts/version.sh); "dev" without it.
+local VERSION = "dev"
+do
+    local ok, build = pcall(require, "tollgate_build")
+    if ok and type(build) == "table" and type(build.version) == "string" then
+        VERSION = build.version
+    end
+end
 local get_method = ngx.req.get_method
 local var = ngx.var
 local type = type
@@ -75,14 +86,14 @@ function _M.init(opts)
             ngx.log(ngx.WARN, "tollgate: no shared counter area (", err,
                 "); leases and connection counts live in their shared dicts")
         else
-            ok, err = require("tollgate.connlimit_track").map()
+            ok, err = require("tollgate.conn.track").map()
             if not ok then
                 ngx.log(ngx.WARN, "tollgate: no area for tracking records (", err,
                     "); they live in connlimit_dict")
             end
         end
     end
-    connlimit.configure(opts)
+    connlimit.configure(S)
     local set, err = scripts.load(S.scripts_dir)
     if not set then
         error("tollgate: " .. err, 0)
@@ -411,6 +422,7 @@ function _M.health()
         degradation_level = deg.level(),
         config_version = config.version(),
         mode = S.mode,
+        version = VERSION,
     }))
 end
 
@@ -434,8 +446,15 @@ function _M.metrics()
     gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0
     gauges["ratelimit_reservations_active"] = dict:get("rsv:active") or 0
     gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
+    gauges['tollgate_build_info{component="gateway",node_id="' .. S.node_id .. '",version="'
+        .. VERSION .. '"}'] = 1
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(metrics.render(gauges))
+end
+
+--- The build's version (tollgate_build.lua, else "dev").
+function _M.version()
+    return VERSION
 end
 
 function _M.settings()

@@ -56,6 +56,7 @@ local HELP = {
     ratelimit_circuit_rejected_total = { "counter", "Requests refused by an open breaker." },
     ratelimit_circuit_transitions_total = { "counter", "Breaker state changes by target state." },
     ratelimit_events_dropped_total = { "counter", "Event entries lost (queue full, Redis down)." },
+    tollgate_build_info = { "gauge", "Always 1: the version of this build, by component." },
 }
 
 -- per-worker accumulators

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,11 +26,12 @@ var (
 
 // ControlPlane is one running tollgate-controlplane process.
 type ControlPlane struct {
-	t    testing.TB
-	URL  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *lockedBuffer
+	t      testing.TB
+	URL    string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	out    *lockedBuffer
+	health *http.Client // only polls liveness: over TLS it does not check the certificate
 }
 
 // lockedBuffer collects a process' output (written by exec's copier, read by the test).
@@ -49,7 +52,11 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// controlPlaneBinary builds the control plane once per test binary.
+// ControlPlaneBinary is the control plane the harness built (once per test binary, with the
+// checkout's version linked in as make build does).
+func ControlPlaneBinary(t testing.TB) string { return controlPlaneBinary(t) }
+
+// controlPlaneBinary builds the control plane (and the demo backend) once per test binary.
 func controlPlaneBinary(t testing.TB) string {
 	t.Helper()
 	cpBuild.Do(func() {
@@ -61,7 +68,10 @@ func controlPlaneBinary(t testing.TB) string {
 		cpDir = dir
 		cpBin = filepath.Join(dir, "tollgate-controlplane")
 		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		cmd := exec.Command(goBin, "build", "-o", cpBin, "./controlplane/cmd/tollgate-controlplane")
+		// the demo backend too: BinDir is a bin/ for scripts/stack.sh (TOLLGATE_BIN_DIR)
+		cmd := exec.Command(goBin, "build", "-ldflags", "-X tollgate/internal/version.Version="+Version(t),
+			"-o", dir+string(filepath.Separator),
+			"./controlplane/cmd/tollgate-controlplane", "./demo/cmd/tollgate-demo-s3")
 		cmd.Dir = RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cpBuildErr = err
@@ -74,6 +84,12 @@ func controlPlaneBinary(t testing.TB) string {
 	return cpBin
 }
 
+// BinDir is a directory with the binaries `make build` puts into bin/ (tollgate-controlplane,
+// tollgate-demo-s3), built once per test binary.
+func BinDir(t testing.TB) string {
+	return filepath.Dir(controlPlaneBinary(t))
+}
+
 // RemoveBuilds deletes what the harness built for this test binary (the control plane's
 // executable, ~14 MB in the temp directory); TestMain calls it after the tests ran.
 func RemoveBuilds() {
@@ -83,12 +99,17 @@ func RemoveBuilds() {
 }
 
 // StartControlPlane starts the control plane on redisURL (any TOLLGATE_REDIS_URL form) and
-// waits until its /health answers 200.
+// waits until its /health answers 200; URL is https:// when env sets TOLLGATE_TLS_CERT.
 func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *ControlPlane {
 	t.Helper()
 	bin := controlPlaneBinary(t)
 	port := FreePort(t)
-	cp := &ControlPlane{t: t, URL: "http://127.0.0.1:" + strconv.Itoa(port), out: &lockedBuffer{}}
+	cp := &ControlPlane{t: t, URL: "http://127.0.0.1:" + strconv.Itoa(port), out: &lockedBuffer{},
+		health: &http.Client{Timeout: time.Second}}
+	if env["TOLLGATE_TLS_CERT"] != "" {
+		cp.URL = "https" + strings.TrimPrefix(cp.URL, "http")
+		cp.health.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // liveness only
+	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "TOLLGATE_REDIS_URL="+redisURL,
 		"TOLLGATE_CP_ADDR=127.0.0.1:"+strconv.Itoa(port))
@@ -121,8 +142,7 @@ func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *Co
 
 // Health returns the decoded /health body when it answers 200, else nil.
 func (cp *ControlPlane) Health() map[string]any {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(cp.URL + "/health")
+	resp, err := cp.health.Get(cp.URL + "/health")
 	if err != nil {
 		return nil
 	}
@@ -133,6 +153,9 @@ func (cp *ControlPlane) Health() map[string]any {
 	}
 	return body
 }
+
+// Output is what the process wrote to stdout and stderr so far.
+func (cp *ControlPlane) Output() string { return cp.out.String() }
 
 func (cp *ControlPlane) stop() {
 	if cp.cmd == nil {

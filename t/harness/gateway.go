@@ -33,14 +33,16 @@ type GatewayOptions struct {
 
 // Gateway is one running nginx with tollgate.
 type Gateway struct {
-	t       testing.TB
-	Prefix  string
-	URL     string // gateway (limited) base URL
-	TestURL string // test server base URL (backend and /_t/ endpoints)
-	NodeID  string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	Client  *http.Client
+	t      testing.TB
+	Prefix string
+	URL    string // gateway (limited) base URL: the tenants' listener
+	// MetricsURL is the base URL of the gateway's /health and /metrics (their own listener)
+	MetricsURL string
+	TestURL    string // test server base URL (backend and /_t/ endpoints)
+	NodeID     string
+	cmd        *exec.Cmd
+	done       chan struct{}
+	Client     *http.Client
 }
 
 // RepoRoot is the repository root (two levels above this file).
@@ -60,10 +62,13 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// MetricsAllow is what scripts/render-gateway.sh renders without TOLLGATE_METRICS_ALLOW.
+const MetricsAllow = "allow 127.0.0.0/8; allow ::1; deny all;"
+
 // Render writes nginx.conf for a gateway into prefix, the same way scripts/render-gateway.sh
 // does, plus the test server include. Returns the config path.
-func Render(t testing.TB, prefix string, listen, backend string, workers int, level string,
-	extra string) string {
+func Render(t testing.TB, prefix string, listen, metricsListen, backend string, workers int,
+	level string, extra string) string {
 	t.Helper()
 	repo := RepoRoot()
 	for _, d := range []string{"conf", "logs", "tmp", "lua"} {
@@ -76,6 +81,10 @@ func Render(t testing.TB, prefix string, listen, backend string, workers int, le
 	link := filepath.Join(prefix, "lua", "tollgate")
 	_ = os.Remove(link)
 	if err := os.Symlink(filepath.Join(repo, "lua", "tollgate"), link); err != nil {
+		t.Fatal(err)
+	}
+	build := "return { version = \"" + Version(t) + "\" }\n" // as scripts/render-gateway.sh writes it
+	if err := os.WriteFile(filepath.Join(prefix, "lua", "tollgate_build.lua"), []byte(build), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tg, err := os.ReadFile(filepath.Join(repo, "t", "nginx", "tgtest.lua"))
@@ -91,6 +100,7 @@ func Render(t testing.TB, prefix string, listen, backend string, workers int, le
 	}
 	conf := strings.NewReplacer(
 		"@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
+		"@METRICS_LISTEN@", metricsListen, "@METRICS_ALLOW@", MetricsAllow,
 		"@WORKERS@", strconv.Itoa(workers), "@LOG_LEVEL@", level, "@EXTRA_HTTP@", extra,
 		// the suites read nginx's own view of each request's duration from this log
 		"@ACCESS_LOG@", "log_format tgtest '$request_time $status $uri'; access_log "+
@@ -122,7 +132,7 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 			t.Fatal(err)
 		}
 	}
-	gwPort, testPort := FreePort(t), FreePort(t)
+	gwPort, metricsPort, testPort := FreePort(t), FreePort(t), FreePort(t)
 	testConf, err := os.ReadFile(filepath.Join(RepoRoot(), "t", "nginx", "test_server.conf"))
 	if err != nil {
 		t.Fatal(err)
@@ -143,13 +153,14 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 	if o.Backend != "" {
 		backend = o.Backend
 	}
-	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort), backend, o.Workers, o.LogLevel,
-		"include "+extraPath+";")
+	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort), "127.0.0.1:"+strconv.Itoa(metricsPort),
+		backend, o.Workers, o.LogLevel, "include "+extraPath+";")
 
 	g := &Gateway{
 		t: t, Prefix: prefix, NodeID: o.NodeID,
-		URL:     "http://127.0.0.1:" + strconv.Itoa(gwPort),
-		TestURL: "http://127.0.0.1:" + strconv.Itoa(testPort),
+		URL:        "http://127.0.0.1:" + strconv.Itoa(gwPort),
+		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metricsPort),
+		TestURL:    "http://127.0.0.1:" + strconv.Itoa(testPort),
 		Client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: 256, MaxConnsPerHost: 0,
 		}},
@@ -185,8 +196,13 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 	}
 }
 
+// Running is a gateway started by someone else (scripts/stack.sh), for Do and Monitor.
+func Running(t testing.TB, url, metricsURL string) *Gateway {
+	return &Gateway{t: t, URL: url, MetricsURL: metricsURL, Client: &http.Client{Timeout: 10 * time.Second}}
+}
+
 func (g *Gateway) healthy() bool {
-	resp, err := http.Get(g.URL + "/health")
+	resp, err := http.Get(g.MetricsURL + "/health")
 	if err != nil {
 		return false
 	}
@@ -291,6 +307,30 @@ func (g *Gateway) Do(method, path, app string, body io.Reader, hdr map[string]st
 	return g.send(req)
 }
 
+// DoHeader sends a request with exactly the header fields of h (a name may repeat), in the
+// order Go writes them (sorted by name).
+func (g *Gateway) DoHeader(method, path string, h http.Header) *Response {
+	g.t.Helper()
+	req, err := http.NewRequest(method, g.URL+path, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	for k, vs := range h {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	return g.send(req)
+}
+
+// Monitor sends a GET to the gateway's monitoring listener (path: /health, /metrics).
+func (g *Gateway) Monitor(path string) *Response {
+	g.t.Helper()
+	req, err := http.NewRequest("GET", g.MetricsURL+path, nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return g.send(req)
+}
+
 func (g *Gateway) send(req *http.Request) *Response {
 	g.t.Helper()
 	resp, err := g.Client.Do(req)
@@ -368,7 +408,7 @@ func (g *Gateway) State(app string) Lease {
 // Metric returns the value of one series of /metrics (0 when absent).
 func (g *Gateway) Metric(series string) float64 {
 	g.t.Helper()
-	resp, err := g.Client.Get(g.URL + "/metrics")
+	resp, err := g.Client.Get(g.MetricsURL + "/metrics")
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 -- Breaker config checks (contract §3) of the gateway.
 package.path = "lua/?.lua;" .. package.path
-local bc = require("tollgate.breaker_config")
+local bc = require("tollgate.breaker.config")
 
 describe("breaker_config.parse", function()
     it("takes the contract's example values for absent fields", function()

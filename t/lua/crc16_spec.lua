@@ -1,7 +1,7 @@
 -- CRC16 and hash slots of Redis Cluster against known vectors (slots from CLUSTER KEYSLOT of
 -- redis-server 7.0).
 package.path = "lua/?.lua;" .. package.path
-local crc16 = require("tollgate.crc16")
+local crc16 = require("tollgate.redis.crc16")
 local keys = require("tollgate.keys")
 
 describe("crc16", function()

@@ -1,10 +1,10 @@
--- tollgate.genpage: the page is shared with forked processes (the workers), a reload finds the
--- page it mapped before, and publishing leaves the page equal to the dict however two writers
--- interleave.
+-- tollgate.config.genpage: the page is shared with forked processes (the workers), a reload
+-- finds the page it mapped before, and publishing leaves the page equal to the dict however two
+-- writers interleave.
 package.path = "lua/?.lua;t/lua/?.lua;" .. package.path
 local ffi = require("ffi")
 local fake_dict = require("fake_dict")
-local genpage = require("tollgate.genpage")
+local genpage = require("tollgate.config.genpage")
 
 pcall(ffi.cdef, [[
 int fork(void);

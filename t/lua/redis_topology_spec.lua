@@ -19,8 +19,8 @@ local fake_lib = { new = function() error("no network in this spec") end }
 package.loaded["resty.redis"] = fake_lib
 package.loaded["nginx.redis"] = fake_lib
 
-local rredis = require("tollgate.redis")
-local crc16 = require("tollgate.crc16")
+local rredis = require("tollgate.redis.client")
+local crc16 = require("tollgate.redis.crc16")
 
 describe("parse_url", function()
     it("reads the three forms", function()

@@ -1,4 +1,4 @@
--- The request state of tollgate.reqstate: every tg_* field a module keeps on it is one of the
+-- The request state of tollgate.request.state: every tg_* field a module keeps on it is one of the
 -- FIELDS its reset covers (a field missing there would carry one request's value into the
 -- next request that reuses the pooled table), and the compiled reset sets each to false.
 -- (Opening and taking states needs a request: t/*_test.go run them under nginx.)
@@ -6,8 +6,8 @@ package.path = "lua/?.lua;" .. package.path
 
 package.loaded["resty.core.base"] = { get_request = function() return nil end }
 package.loaded["resty.core.request"] = true
-package.loaded["tollgate.reqstate"] = nil
-local reqstate = require("tollgate.reqstate")
+package.loaded["tollgate.request.state"] = nil
+local reqstate = require("tollgate.request.state")
 
 local function sources()
     local p = io.popen("ls lua/tollgate/*.lua")

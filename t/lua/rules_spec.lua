@@ -1,13 +1,13 @@
 -- Pure logic of the rules: CIDR and client IP, path globs, rule validation, and the window
 -- math of the node algorithms on an in-memory dict with a fake clock.
 package.path = "lua/?.lua;" .. package.path
-local ipmatch = require("tollgate.ipmatch")
+local ipmatch = require("tollgate.request.ipmatch")
 local cjson = require("cjson.safe")
 
 -- the modules below only read ngx.* when called in nginx; keys needs nothing
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
-local parse = require("tollgate.rules_parse")
-local algo = require("tollgate.rules_local")
+local parse = require("tollgate.rules.parse")
+local algo = require("tollgate.rules.local")
 
 -- a shared dict with the semantics tollgate uses (incr with init and TTL, add, set, get)
 local function fake_dict(clock)
@@ -101,8 +101,13 @@ describe("ipmatch", function()
 end)
 
 describe("rules_parse", function()
-    it("compiles path globs: * within a segment, ** across", function()
-        local function m(g, p) return string.find(p, parse.glob(g)) ~= nil end
+    it("compiles path globs: * within a segment, ** across (more in glob_spec)", function()
+        local glob = require("tollgate.rules.glob")
+        local function m(g, p)
+            local r = assert(parse.parse("g", cjson.encode({ id = "g", scope = "endpoint",
+                algorithm = "fixed_window", limit = 1, window_seconds = 1, match = { path = g } })))
+            return glob.match(r.path_glob, p)
+        end
         assert.is_true(m("/photos/*/raw/*", "/photos/a/raw/b.jpg"))
         assert.is_false(m("/photos/*/raw/*", "/photos/a/b/raw/c"))
         assert.is_false(m("/photos/*/raw/*", "/photos/a/raw/b/c"))

@@ -1,8 +1,8 @@
 -- Test endpoints of the integration suites: call tollgate's modules inside nginx.
 local cjson = require("cjson.safe")
-local config = require("tollgate.config")
+local config = require("tollgate.config.apps")
 local shm = require("tollgate.shm")
-local l3 = require("tollgate.l3_bucket")
+local l3 = require("tollgate.lease.bucket")
 local cost = require("tollgate.cost")
 local handler = require("tollgate.handler")
 
@@ -111,8 +111,8 @@ function actions.settings()
 end
 
 -- Connection limiter ------------------------------------------------------------------------
-local connlimit = require("tollgate.connlimit")
-local conntrack = require("tollgate.connlimit_track")
+local connlimit = require("tollgate.conn.limiter")
+local conntrack = require("tollgate.conn.track")
 local cdict = ngx.shared.connlimit_dict
 
 -- app and cluster of ?app= (its config's cluster) or ?app=&cluster= (any valid ids)
@@ -202,7 +202,7 @@ end
 
 -- The config generation as this worker sees it: its mirror page and config_dict.
 function actions.generation()
-    local p = require("tollgate.genpage").page()
+    local p = require("tollgate.config.genpage").page()
     reply({ pid = ngx.worker.pid(), page = p and p[0] or nil, dict = config.generation(),
             addr = p and string.format("%.0f", tonumber(require("ffi").cast("uintptr_t", p))) })
 end
@@ -281,7 +281,7 @@ function actions.heal()
 end
 
 function actions.breakers()
-    reply(require("tollgate.breaker").report())
+    reply(require("tollgate.breaker.breaker").report())
 end
 
 function actions.backend_hits()

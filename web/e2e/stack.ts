@@ -2,7 +2,7 @@
 // control plane with the embedded console, nginx gateway, Prometheus) on free loopback ports in a private
 // run directory, an admin password set for the run, and an API client to seed data with.
 import { execFile } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -27,6 +27,8 @@ export interface Stack {
   /** the control plane: API and console */
   base: string
   gateway: string
+  /** the gateway's /health and /metrics (a listener of their own) */
+  gatewayMetrics: string
   /** the demo storage backend behind the gateway */
   backend: string
   /** the demo backend's failure switch: its own loopback listener, never behind the gateway */
@@ -38,12 +40,13 @@ export interface Stack {
 }
 
 export async function startStack(): Promise<Stack> {
-  const [gw, cp, redis, backend, prom, backendAdmin] = await Promise.all([freePort(), freePort(), freePort(),
-    freePort(), freePort(), freePort()])
+  const [gw, cp, redis, backend, prom, gwMetrics, backendAdmin] = await Promise.all([freePort(), freePort(),
+    freePort(), freePort(), freePort(), freePort(), freePort()])
   const runDir = mkdtempSync(join(tmpdir(), 'tollgate-e2e-'))
   const env = {
     ...process.env,
     TOLLGATE_GATEWAY_ADDR: `127.0.0.1:${gw}`,
+    TOLLGATE_METRICS_ADDR: `127.0.0.1:${gwMetrics}`,
     TOLLGATE_CP_ADDR: `127.0.0.1:${cp}`,
     TOLLGATE_REDIS_ADDR: `127.0.0.1:${redis}`,
     TOLLGATE_BACKEND_ADDR: `127.0.0.1:${backend}`,
@@ -66,6 +69,7 @@ export async function startStack(): Promise<Stack> {
   return {
     base: `http://127.0.0.1:${cp}`,
     gateway: `http://127.0.0.1:${gw}`,
+    gatewayMetrics: `http://127.0.0.1:${gwMetrics}`,
     backend: `http://127.0.0.1:${backend}`,
     backendAdmin: `http://127.0.0.1:${backendAdmin}`,
     redis: `127.0.0.1:${redis}`,
@@ -77,10 +81,13 @@ export async function startStack(): Promise<Stack> {
   }
 }
 
-/** A command to the stack's Redis, for reading what the parts wrote there. */
-export async function redisCli(stack: Pick<Stack, 'redis'>, ...args: string[]): Promise<string> {
+/** A command to the stack's Redis (as its default user, whose password stack.sh generated into the
+ * run directory), for reading what the parts wrote there. */
+export async function redisCli(stack: Pick<Stack, 'redis' | 'runDir'>, ...args: string[]): Promise<string> {
   const [host = '127.0.0.1', port = '6379'] = stack.redis.split(':')
-  const { stdout } = await run('redis-cli', ['-h', host, '-p', port, ...args], { timeout: 10_000 })
+  const password = readFileSync(join(stack.runDir, 'redis', 'default.password'), 'utf8').trim()
+  const { stdout } = await run('redis-cli', ['-h', host, '-p', port, ...args],
+    { timeout: 10_000, env: { ...process.env, REDISCLI_AUTH: password } })
   return stdout.trim()
 }
 
@@ -135,8 +142,8 @@ export async function send(gateway: string, appId: string, method: string, path:
 }
 
 /** The config version the gateway enforces (its /metrics), or NaN before its first load. */
-export async function gatewayConfigVersion(stack: Pick<Stack, 'gateway'>): Promise<number> {
-  const text = await (await fetch(`${stack.gateway}/metrics`)).text()
+export async function gatewayConfigVersion(stack: Pick<Stack, 'gatewayMetrics'>): Promise<number> {
+  const text = await (await fetch(`${stack.gatewayMetrics}/metrics`)).text()
   const m = text.match(/^ratelimit_config_version (\d+)/m)
   return m?.[1] === undefined ? NaN : Number(m[1])
 }

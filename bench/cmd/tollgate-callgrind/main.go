@@ -207,10 +207,15 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 	if err != nil {
 		return row{}, err
 	}
+	metrics, err := proc.FreePort()
+	if err != nil {
+		return row{}, err
+	}
 	prefix := filepath.Join(dir, v.Key+"-"+v.Name)
 	conf, err := nginxenv.Render(v, nginxenv.Layout{Prefix: prefix, Repo: cfg.repo, Workers: 1,
 		LogLevel: "warn", Listen: "127.0.0.1:" + strconv.Itoa(listen),
-		Backend: "127.0.0.1:" + strconv.Itoa(backend)})
+		MetricsListen: "127.0.0.1:" + strconv.Itoa(metrics),
+		Backend:       "127.0.0.1:" + strconv.Itoa(backend)})
 	if err != nil {
 		return row{}, err
 	}

@@ -30,7 +30,7 @@ func (l L3) Sub(o L3) L3 { return L3{Hits: l.Hits - o.Hits, Misses: l.Misses - o
 
 // L3 scrapes /metrics once.
 func (n *Node) L3(ctx context.Context) (L3, error) {
-	body, status, err := n.get(ctx, n.BaseURL+"/metrics", false)
+	body, status, err := n.get(ctx, n.MetricsURL+"/metrics", false)
 	if err != nil {
 		return L3{}, err
 	}
@@ -68,7 +68,7 @@ func ParseL3(text string) (L3, error) {
 
 // Series returns the /metrics lines whose series name starts with one of the prefixes.
 func (n *Node) Series(ctx context.Context, prefixes ...string) ([]string, error) {
-	body, status, err := n.get(ctx, n.BaseURL+"/metrics", false)
+	body, status, err := n.get(ctx, n.MetricsURL+"/metrics", false)
 	if err != nil {
 		return nil, err
 	}

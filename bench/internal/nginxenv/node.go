@@ -40,10 +40,12 @@ type Options struct {
 type Node struct {
 	Variant Variant
 	BaseURL string // http://127.0.0.1:port
-	Prefix  string
-	app     string
-	p       *proc.Process
-	client  *http.Client
+	// MetricsURL is the base URL of a tollgate variant's /health and /metrics
+	MetricsURL string
+	Prefix     string
+	app        string
+	p          *proc.Process
+	client     *http.Client
 }
 
 // Start renders the variant into o.Prefix, starts nginx and waits until it proxies a request
@@ -57,10 +59,15 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nginxenv: %w", err)
 	}
+	metrics, err := proc.FreePort()
+	if err != nil {
+		return nil, fmt.Errorf("nginxenv: %w", err)
+	}
 	conf, err := Render(o.Variant, Layout{
 		Prefix: o.Prefix, Repo: o.Repo, Workers: o.Workers, LogLevel: "warn",
-		Listen:  "127.0.0.1:" + strconv.Itoa(listen),
-		Backend: "127.0.0.1:" + strconv.Itoa(backend),
+		Listen:        "127.0.0.1:" + strconv.Itoa(listen),
+		MetricsListen: "127.0.0.1:" + strconv.Itoa(metrics),
+		Backend:       "127.0.0.1:" + strconv.Itoa(backend),
 	})
 	if err != nil {
 		return nil, err
@@ -77,7 +84,8 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	}
 	n := &Node{
 		Variant: o.Variant, BaseURL: "http://127.0.0.1:" + strconv.Itoa(listen),
-		Prefix: o.Prefix, app: o.AppID, p: p,
+		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metrics),
+		Prefix:     o.Prefix, app: o.AppID, p: p,
 		client: &http.Client{Timeout: 2 * time.Second},
 	}
 	if err := n.waitReady(ctx); err != nil {
@@ -143,7 +151,7 @@ func (n *Node) waitReady(ctx context.Context) error {
 }
 
 func (n *Node) configLoaded(ctx context.Context) (bool, error) {
-	body, status, err := n.get(ctx, n.BaseURL+"/health", false)
+	body, status, err := n.get(ctx, n.MetricsURL+"/health", false)
 	if err != nil {
 		return false, err
 	}

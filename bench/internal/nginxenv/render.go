@@ -24,12 +24,14 @@ var leftover = regexp.MustCompile(`@[A-Z_]+@`)
 
 // Layout is where and how one nginx runs.
 type Layout struct {
-	Prefix   string // nginx prefix (-p), world-readable
-	Repo     string // repository root (nginx/, lua/tollgate)
-	Listen   string // gateway address host:port
-	Backend  string // storage backend address host:port
-	Workers  int
-	LogLevel string
+	Prefix string // nginx prefix (-p), world-readable
+	Repo   string // repository root (nginx/, lua/tollgate)
+	Listen string // gateway address host:port
+	// MetricsListen is the address of the gateway's /health and /metrics (tollgate variants)
+	MetricsListen string
+	Backend       string // storage backend address host:port
+	Workers       int
+	LogLevel      string
 }
 
 // Render writes the prefix of variant v (directories, the object, the backend server block and
@@ -88,7 +90,8 @@ func renderFile(src source, dst string, l Layout, extra string) error {
 	out := strings.NewReplacer(
 		"@PREFIX@", l.Prefix, "@REPO@", l.Repo, "@LISTEN@", l.Listen, "@BACKEND@", l.Backend,
 		"@WORKERS@", strconv.Itoa(l.Workers), "@LOG_LEVEL@", l.LogLevel, "@EXTRA_HTTP@", extra,
-		"@ACCESS_LOG@", "access_log off;",
+		"@ACCESS_LOG@", "access_log off;", "@METRICS_LISTEN@", l.MetricsListen,
+		"@METRICS_ALLOW@", "allow 127.0.0.0/8; allow ::1; deny all;",
 	).Replace(string(tmpl))
 	if m := leftover.FindString(out); m != "" {
 		return fmt.Errorf("nginxenv: %s: placeholder %s left after rendering", dst, m)

@@ -31,7 +31,7 @@ func TestRenderedConfigsPassNginxCheck(t *testing.T) {
 		t.Run(v.Name, func(t *testing.T) {
 			prefix := filepath.Join(dir, v.Name)
 			conf, err := Render(v, Layout{Prefix: prefix, Repo: repoRoot(t), Listen: "127.0.0.1:1",
-				Backend: "127.0.0.1:2", Workers: 2, LogLevel: "warn"})
+				MetricsListen: "127.0.0.1:3", Backend: "127.0.0.1:2", Workers: 2, LogLevel: "warn"})
 			if err != nil {
 				t.Fatal(err)
 			}

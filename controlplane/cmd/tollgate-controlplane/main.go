@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -22,11 +23,22 @@ import (
 	"tollgate/internal/scripts"
 	"tollgate/internal/seed"
 	"tollgate/internal/store"
+	"tollgate/internal/version"
 )
 
 const shutdownTimeout = 10 * time.Second
 
 func main() {
+	if len(os.Args) > 1 {
+		// the only argument: --version (settings come from the environment)
+		if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+			fmt.Println(version.String("tollgate-controlplane"))
+			return
+		}
+		fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version]\n"+
+			"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
+		os.Exit(2)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(log); err != nil {
 		log.Error("tollgate-controlplane stopped", "err", err)
@@ -39,7 +51,7 @@ func run(log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	log.Info("starting tollgate-controlplane", "config", cfg)
+	log.Info("starting tollgate-controlplane", "version", version.Version, "config", cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -76,7 +88,11 @@ func run(log *slog.Logger) error {
 	}
 	defer stopAdmin()
 	// the admin console (web/, embedded) at / and every path the API does not own
-	return serve(ctx, log, cfg.Addr, webui.Mount(handler, webui.Handler()))
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("http server: %w", err)
+	}
+	return serve(ctx, log, ln, cfg.TLSCert, cfg.TLSKey, webui.Mount(handler, webui.Handler()))
 }
 
 func seedDemo(ctx context.Context, log *slog.Logger, cfg config.Config, st *store.Store) error {
@@ -96,19 +112,36 @@ func seedDemo(ctx context.Context, log *slog.Logger, cfg config.Config, st *stor
 	return nil
 }
 
-// serve runs the HTTP server until ctx is done, then shuts it down gracefully.
-func serve(ctx context.Context, log *slog.Logger, addr string, h http.Handler) error {
+// maxHeaderBytes caps a request's line and headers (Go's default is 1 MiB): a larger request
+// gets 431 from net/http before any handler, metric or audit entry sees it.
+const maxHeaderBytes = 16 << 10
+
+// serve runs the HTTP server on ln until ctx is done, then shuts it down gracefully; HTTPS
+// when certFile and keyFile are set, else plain HTTP with a warning when ln is off loopback.
+func serve(ctx context.Context, log *slog.Logger, ln net.Listener, certFile, keyFile string, h http.Handler) error {
 	srv := &http.Server{
-		Addr:              addr,
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
 	}
+	tlsOn := certFile != "" && keyFile != ""
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("http server listening", "addr", addr)
+	go func() {
+		if tlsOn {
+			errc <- srv.ServeTLS(ln, certFile, keyFile)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !tlsOn && !a.IP.IsLoopback() {
+		log.Warn("the control plane listens off loopback without TLS: passwords and tokens cross "+
+			"the network in clear; set TOLLGATE_TLS_CERT and TOLLGATE_TLS_KEY, or put it behind a "+
+			"TLS proxy and listen on loopback", "addr", ln.Addr().String())
+	}
+	log.Info("http server listening", "addr", ln.Addr().String(), "tls", tlsOn)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)

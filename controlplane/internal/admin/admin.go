@@ -19,7 +19,7 @@ import (
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
 	"tollgate/controlplane/internal/config"
-	"tollgate/controlplane/internal/emergency"
+	"tollgate/controlplane/internal/jobs/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
 	"tollgate/controlplane/internal/rules"
@@ -72,7 +72,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		return nil, err
 	}
 	var m *metrics.Metrics // set below, before anything runs that reports to it
-	al := audit.New(o.Redis, audit.Options{MaxLen: a.AuditMaxLen, Logger: log,
+	al := audit.New(o.Redis, audit.Options{MaxLen: a.AuditMaxLen, AnonMaxLen: a.AuditAnonMax, Logger: log,
 		OnWrite: func(action, outcome string) { m.AuditWrite(action, outcome) }})
 	led := ledger.New(o.Redis, o.Scripts)
 	cat := changes.NewCatalog(o.Store)
@@ -81,13 +81,17 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 	lv := live.New(live.Options{Redis: o.Redis, Catalog: o.Store, L1: led, Interval: a.LiveInterval, Logger: log,
 		Alerts: a.Alerts, OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }})
 	m = metrics.New(metrics.Options{AuditDropped: al.Dropped, WSClients: lv.Subscribers, Snapshot: lv.Current})
-	h := api.New(api.Options{Redis: o.Redis, Scripts: o.Scripts, Config: o.Store, Logger: log, AuthRedis: o.Redis,
+	h, err := api.New(api.Options{Redis: o.Redis, Scripts: o.Scripts, Config: o.Store, Logger: log, AuthRedis: o.Redis,
 		Tokens: tokens, Sessions: auth.NewSessions(o.Redis, a.RefreshTTL, nil),
 		Throttle: auth.NewThrottle(o.Redis, a.LoginMaxUser, a.LoginMaxIP, a.LoginWindow),
 		Limiter:  auth.NewLimiter(a.APIRate, a.APIBurst, nil), Hasher: hasher, Users: us, Audit: al,
 		Changes: ch, Rules: rules.New(rules.Options{Redis: o.Redis, Store: o.Store, Apps: cat, Audit: al, Logger: log}),
 		Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
-		PrometheusURL: a.PrometheusURL})
+		PrometheusURL: a.PrometheusURL, ClientLimiter: auth.NewLimiter(a.AnonRate, a.AnonBurst, nil),
+		TrustedProxies: a.TrustedProxies})
+	if err != nil {
+		return nil, err
+	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ad := &Admin{Handler: h, cancel: cancel}
 	ad.wg.Add(2)

@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -23,6 +24,9 @@ import (
 
 // DefaultHealthTimeout is how long /health waits for Redis to answer.
 const DefaultHealthTimeout = 500 * time.Millisecond
+
+// DefaultWSRecheck is how often a WebSocket re-checks its session (one pipelined read).
+const DefaultWSRecheck = 5 * time.Second
 
 // Redis is what /health needs of the Redis client.
 type Redis interface {
@@ -54,22 +58,28 @@ type Options struct {
 	Logger        *slog.Logger
 	HealthTimeout time.Duration // default DefaultHealthTimeout
 
-	AuthRedis    redis.Cmdable // sessions and users, read together on every request
-	Tokens       *auth.Tokens
-	Sessions     *auth.Sessions
-	Throttle     *auth.Throttle
-	Limiter      *auth.Limiter
-	Hasher       *auth.Hasher
-	Users        *users.Store
-	Audit        *audit.Log
-	Changes      *changes.Service
-	Rules        *rules.Service
-	Ledger       Ledger
-	Live         Live
-	Metrics      Metrics
-	CORSOrigins  []string // exact browser origins allowed (CORS and WebSocket)
-	MetricsToken string   // static bearer token accepted by GET /metrics (optional)
-	MaxBody      int64    // default DefaultMaxBody
+	AuthRedis redis.Cmdable // sessions and users, read together on every request
+	Tokens    *auth.Tokens
+	Sessions  *auth.Sessions
+	Throttle  *auth.Throttle
+	Limiter   *auth.Limiter
+	// ClientLimiter is the budget of refused requests per client before authentication (nil:
+	// none); TrustedProxies the CIDRs whose X-Forwarded-For names the client (none: the
+	// connection's address is the client).
+	ClientLimiter  *auth.Limiter
+	TrustedProxies []string
+	Hasher         *auth.Hasher
+	Users          *users.Store
+	Audit          *audit.Log
+	Changes        *changes.Service
+	Rules          *rules.Service
+	Ledger         Ledger
+	Live           Live
+	Metrics        Metrics
+	CORSOrigins    []string      // exact browser origins allowed (CORS and WebSocket)
+	MetricsToken   string        // static bearer token accepted by GET /metrics (optional)
+	MaxBody        int64         // default DefaultMaxBody
+	WSRecheck      time.Duration // how often a WebSocket re-checks its session; default DefaultWSRecheck
 
 	PrometheusURL     string        // base URL of the Prometheus behind /metrics/history; empty: absent
 	PrometheusTimeout time.Duration // of one range query; default DefaultPrometheusTimeout
@@ -81,13 +91,17 @@ type server struct {
 	origins map[string]bool
 }
 
-// New returns the router: release mode, panic recovery, no proxy headers trusted.
-func New(o Options) *gin.Engine {
+// New returns the router: release mode, panic recovery, X-Forwarded-For believed only from
+// o.TrustedProxies. It fails on a trusted proxy that is not an address or a CIDR.
+func New(o Options) (*gin.Engine, error) {
 	if o.HealthTimeout <= 0 {
 		o.HealthTimeout = DefaultHealthTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.WSRecheck <= 0 {
+		o.WSRecheck = DefaultWSRecheck
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
@@ -104,8 +118,11 @@ func New(o Options) *gin.Engine {
 	}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
-	_ = r.SetTrustedProxies(nil) // nil never fails: trust no X-Forwarded-For
-	r.Use(s.recover, s.requestID, s.securityHeaders, s.cors, s.observe)
+	r.RemoteIPHeaders = []string{"X-Forwarded-For"}               // never X-Real-IP
+	if err := r.SetTrustedProxies(o.TrustedProxies); err != nil { // nil: trust none
+		return nil, fmt.Errorf("api: trusted proxies: %w", err)
+	}
+	r.Use(s.recover, s.requestID, s.securityHeaders, s.cors, s.observe, s.limitClients)
 	for _, rt := range s.table() {
 		r.Handle(rt.method, rt.path, s.chain(rt)...)
 	}
@@ -113,5 +130,5 @@ func New(o Options) *gin.Engine {
 	r.NoMethod(func(c *gin.Context) {
 		s.fail(c, apiErr(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed here"))
 	})
-	return r
+	return r, nil
 }

@@ -53,16 +53,16 @@ func TestHealth(t *testing.T) {
 		body  map[string]any
 	}{
 		{"fresh redis", func(*testing.T, *fixture) {}, 200,
-			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 0.0}},
+			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 0.0, "version": "dev"}},
 		{"seeded", seedDemo, 200,
-			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 5.0}},
+			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 5.0, "version": "dev"}},
 		{"after script flush", flushScripts, 200,
-			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 0.0}},
+			map[string]any{"status": "ok", "redis": "ok", "scripts": n, "config_version": 0.0, "version": "dev"}},
 		// The client retries refused dials until the deadline, so a stopped Redis is a timeout.
 		{"redis stopped", func(_ *testing.T, f *fixture) { f.redis.Stop() }, 503,
-			map[string]any{"status": "unavailable", "redis": "timeout"}},
+			map[string]any{"status": "unavailable", "redis": "timeout", "version": "dev"}},
 		{"redis frozen", freeze, 503,
-			map[string]any{"status": "unavailable", "redis": "timeout"}},
+			map[string]any{"status": "unavailable", "redis": "timeout", "version": "dev"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -161,7 +161,7 @@ func okMeta(c *gin.Context, data, meta any) {
 func (s *server) fail(c *gin.Context, err error) {
 	e := classify(err)
 	if e.Status >= 500 {
-		s.opts.Logger.Error("api error", "route", c.FullPath(), "method", c.Request.Method,
+		s.opts.Logger.Error("api error", "route", c.FullPath(), "method", methodLabel(c.Request.Method),
 			"status", e.Status, "code", e.Code, "err", err, "request_id", c.GetString(ctxRequestID))
 	}
 	if e.RetryAfter > 0 {

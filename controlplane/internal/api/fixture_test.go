@@ -18,7 +18,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
-	"tollgate/controlplane/internal/emergency"
+	"tollgate/controlplane/internal/jobs/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
 	"tollgate/controlplane/internal/rules"
@@ -58,6 +58,12 @@ type fixtureOptions struct {
 	maxBody      int64
 	promURL      string
 	promTimeout  time.Duration
+
+	auditMaxLen     int64         // authenticated audit stream retention (default 100000)
+	anonMaxLen      int64         // anonymous audit stream retention
+	ipRate, ipBurst float64       // per-client budget of anonymous refusals (default: unlimited)
+	trustedProxies  []string      // CIDRs whose X-Forwarded-For is believed
+	wsRecheck       time.Duration // how often a WebSocket re-checks its session
 }
 
 func newFixture(t testing.TB) *fixture { return newFixtureWith(t, fixtureOptions{}) }
@@ -88,7 +94,8 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 	if f.tokens, err = auth.NewTokens(testSecret, 15*time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
-	f.audit = audit.New(f.rdb, audit.Options{Logger: log})
+	f.audit = audit.New(f.rdb, audit.Options{Logger: log, MaxLen: o.auditMaxLen, AnonMaxLen: o.anonMaxLen,
+		OnWrite: func(action, outcome string) { f.metrics.AuditWrite(action, outcome) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); f.audit.Run(ctx) }()
@@ -100,14 +107,23 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 	f.live = live.New(live.Options{Redis: f.rdb, Catalog: f.store, L1: led, Interval: time.Second, Logger: log})
 	f.metrics = metrics.New(metrics.Options{AuditDropped: f.audit.Dropped, WSClients: f.live.Subscribers,
 		Snapshot: f.live.Current})
-	f.handler = New(Options{Redis: f.rdb, Scripts: set, Config: f.store, Logger: log, AuthRedis: f.rdb,
+	var clients *auth.Limiter
+	if o.ipRate > 0 {
+		clients = auth.NewLimiter(o.ipRate, int(o.ipBurst), nil)
+	}
+	h, err := New(Options{Redis: f.rdb, Scripts: set, Config: f.store, Logger: log, AuthRedis: f.rdb,
 		Tokens: f.tokens, Sessions: auth.NewSessions(f.rdb, time.Hour, nil),
 		Throttle: auth.NewThrottle(f.rdb, o.loginMaxUser, o.loginMaxIP, time.Minute),
 		Limiter:  auth.NewLimiter(o.rate, int(o.burst), nil), Hasher: hasher, Users: f.users, Audit: f.audit,
 		Changes: ch, Rules: rules.New(rules.Options{Redis: f.rdb, Store: f.store, Apps: cat, Audit: f.audit, Logger: log}),
 		Ledger: led, Live: f.live, Metrics: f.metrics, CORSOrigins: o.origins,
 		MetricsToken: o.metricsToken, MaxBody: o.maxBody, PrometheusURL: o.promURL,
-		PrometheusTimeout: o.promTimeout})
+		PrometheusTimeout: o.promTimeout, WSRecheck: o.wsRecheck,
+		ClientLimiter: clients, TrustedProxies: o.trustedProxies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handler = h
 	if _, _, err := f.users.Bootstrap(context.Background(), "admin", adminPassword); err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +197,9 @@ func bearerOf(token string) string {
 	return "Bearer " + token
 }
 
+// remoteAddr in send's header map sets the request's client address (ip:port) instead.
+const remoteAddr = ":remote"
+
 func (f *fixture) send(t testing.TB, method, path string, body any, hdr map[string]string) result {
 	t.Helper()
 	var rd io.Reader
@@ -198,6 +217,10 @@ func (f *fixture) send(t testing.TB, method, path string, body any, hdr map[stri
 		rd = bytes.NewReader(j)
 	}
 	req := httptest.NewRequest(method, path, rd)
+	if a := hdr[remoteAddr]; a != "" {
+		req.RemoteAddr = a
+		delete(hdr, remoteAddr)
+	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

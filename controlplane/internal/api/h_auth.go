@@ -176,12 +176,16 @@ func (s *server) changePassword(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.endSessions(c, p.User)
 	s.auditAuth(ctx, p.User, "auth.password", audit.OK, "")
 	ok(c, http.StatusOK, gin.H{"changed": true, "relogin_required": true})
 }
 
 func (s *server) auditAuth(ctx context.Context, actor, action, outcome, detail string) {
 	e := audit.Entry{Actor: actor, Action: action, Outcome: outcome, Resource: "user/" + actor}
+	if r, _ := audit.FromContext(ctx); r.Actor == "" && outcome != audit.OK {
+		e.Anonymous = true // a failed login or refresh: anyone can cause it, it must not evict
+	}
 	if !keys.ValidID(actor) {
 		e.Resource = ""
 	}

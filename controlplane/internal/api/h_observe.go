@@ -111,7 +111,8 @@ func (s *server) ackAlert(c *gin.Context) {
 	ok(c, http.StatusOK, a)
 }
 
-// queryAudit: GET /audit?actor=&action=&resource=&outcome=&since=&until=&limit=&cursor=
+// queryAudit: GET /audit?stream=&actor=&action=&resource=&outcome=&since=&until=&limit=&cursor=
+// (stream: authenticated, the default, or anonymous: requests refused before authentication)
 func (s *server) queryAudit(c *gin.Context) {
 	f, err := auditFilter(c)
 	if err != nil {
@@ -137,6 +138,11 @@ func auditFilter(c *gin.Context) (audit.Filter, error) {
 		if len(v) > 300 {
 			return f, errBadRequest("invalid_query", "query values must be at most 300 bytes")
 		}
+	}
+	switch f.Stream = c.Query("stream"); f.Stream {
+	case "", audit.StreamAuthenticated, audit.StreamAnonymous:
+	default:
+		return f, errBadRequest("invalid_query", "stream must be authenticated or anonymous")
 	}
 	if f.Since, f.Until, err = queryTimeRange(c); err != nil {
 		return f, err

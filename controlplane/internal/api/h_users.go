@@ -91,6 +91,7 @@ func (s *server) updateUser(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.endSessions(c, name)
 	s.auditUser(c, "user.update", name, gin.H{"role": u.Role, "disabled": u.Disabled,
 		"password_changed": in.Password != nil})
 	ok(c, http.StatusOK, u.View())
@@ -106,8 +107,17 @@ func (s *server) deleteUser(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	s.endSessions(c, name)
 	s.auditUser(c, "user.delete", name, nil)
 	ok(c, http.StatusOK, gin.H{"deleted": name})
+}
+
+// endSessions revokes the sessions of a user that was changed or deleted. The user record's
+// TokensAfter already refuses them; this also deletes them, so their refresh tokens are gone.
+func (s *server) endSessions(c *gin.Context, name string) {
+	if err := s.opts.Sessions.RevokeUser(c.Request.Context(), name); err != nil {
+		s.opts.Logger.Warn("sessions not revoked (the user record still refuses them)", "user", name, "err", err)
+	}
 }
 
 func (s *server) auditUser(c *gin.Context, action, name string, details any) {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
+
+	"tollgate/internal/version"
 )
 
 type healthOK struct {
@@ -16,11 +18,13 @@ type healthOK struct {
 	Redis         string `json:"redis"`
 	Scripts       int    `json:"scripts"`
 	ConfigVersion int64  `json:"config_version"`
+	Version       string `json:"version"` // of this build (internal/version)
 }
 
 type healthDown struct {
-	Status string `json:"status"`
-	Redis  string `json:"redis"`
+	Status  string `json:"status"`
+	Redis   string `json:"redis"`
+	Version string `json:"version"`
 }
 
 // health answers 200 when Redis answers PING within the health timeout (reloading any script
@@ -32,7 +36,8 @@ func (s *server) health(c *gin.Context) {
 	if err != nil {
 		reason := redisReason(err)
 		s.opts.Logger.Warn("health: redis unavailable", "reason", reason, "err", err)
-		c.JSON(http.StatusServiceUnavailable, healthDown{Status: "unavailable", Redis: reason})
+		c.JSON(http.StatusServiceUnavailable, healthDown{Status: "unavailable", Redis: reason,
+			Version: version.Version})
 		return
 	}
 	c.JSON(http.StatusOK, body)
@@ -50,7 +55,8 @@ func (s *server) check(ctx context.Context) (healthOK, error) {
 	if err != nil {
 		return healthOK{}, err
 	}
-	return healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v}, nil
+	return healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v,
+		Version: version.Version}, nil
 }
 
 // redisReason maps a Redis failure to a short, fixed reason (the details go to the log only).

@@ -23,8 +23,10 @@ import (
 const (
 	ctxPrincipal = "tollgate.principal"
 	ctxRequestID = "tollgate.request_id"
+	ctxUnaudited = "tollgate.unaudited" // refused by the client limit: counted, not audited
 	wsProtocol   = "tollgate.v1"
 	wsBearer     = "tollgate.bearer."
+	wsPath       = "/api/v1/ws"
 )
 
 // principal is the authenticated caller: the user's current role (from the user record, not
@@ -119,6 +121,18 @@ func (s *server) cors(c *gin.Context) {
 	c.Next()
 }
 
+// methodLabel is the method as the control plane records it (metric label, audit entry, log):
+// one of the standard methods, else OTHER, so a client cannot mint label values or fill the
+// audit log with its own method names.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
+}
+
 // observe times every request for the metrics and audits every access to /api/ (Req 21.10).
 func (s *server) observe(c *gin.Context) {
 	start := time.Now()
@@ -126,20 +140,48 @@ func (s *server) observe(c *gin.Context) {
 	if route == "" {
 		route = "unmatched"
 	}
-	req := audit.Request{IP: c.ClientIP(), Method: c.Request.Method, Route: route,
+	method := methodLabel(c.Request.Method)
+	req := audit.Request{IP: c.ClientIP(), Method: method, Route: route,
 		RequestID: c.GetString(ctxRequestID)}
 	c.Request = c.Request.WithContext(audit.WithRequest(c.Request.Context(), req))
 	c.Next()
 	status := c.Writer.Status()
-	s.opts.Metrics.ObserveHTTP(route, c.Request.Method, status, time.Since(start))
+	s.opts.Metrics.ObserveHTTP(route, method, status, time.Since(start))
 	if !strings.HasPrefix(c.Request.URL.Path, "/api/") || s.opts.Audit == nil {
 		return
 	}
-	e := audit.Entry{Action: "access", Status: status, Outcome: outcomeOf(status)}
+	if c.GetBool(ctxUnaudited) {
+		return
+	}
+	e := audit.Entry{Action: "access", Status: status, Outcome: outcomeOf(status), Anonymous: true}
 	if p, ok := principalOf(c); ok {
-		e.Actor, e.Role = p.User, string(p.Role)
+		e.Actor, e.Role, e.Anonymous = p.User, string(p.Role), false
 	}
 	s.opts.Audit.Enqueue(c.Request.Context(), e)
+}
+
+// limitClients is the per-client limit before authentication: every request that ends refused
+// (status >= 400) without an authenticated user spends one of the client's tokens (IPv4
+// address or IPv6 /64, see auth.ClientID), and a client with none left gets 429
+// client_rate_limited before its token is even looked at; those 429s are counted in the
+// metrics, not audited one by one. /health is exempt.
+func (s *server) limitClients(c *gin.Context) {
+	l := s.opts.ClientLimiter
+	if l == nil || c.Request.URL.Path == "/health" {
+		c.Next()
+		return
+	}
+	client := auth.ClientID(c.ClientIP())
+	if allowed, wait := l.Check(client); !allowed {
+		c.Set(ctxUnaudited, true)
+		s.fail(c, &Error{Status: http.StatusTooManyRequests, Code: "client_rate_limited",
+			Message: "too many refused requests from your address; slow down", RetryAfter: wait})
+		return
+	}
+	c.Next()
+	if _, authenticated := principalOf(c); !authenticated && c.Writer.Status() >= 400 {
+		l.Spend(client)
+	}
 }
 
 func outcomeOf(status int) string {
@@ -154,11 +196,11 @@ func outcomeOf(status int) string {
 	return audit.OK
 }
 
-// bearer finds the access token: "Authorization: Bearer <token>", or for the WebSocket (which
-// browsers cannot give headers) the subprotocol "tollgate.bearer.<token>".
+// bearer finds the access token: "Authorization: Bearer <token>", or on the WebSocket route
+// only (browsers cannot give a socket headers) the subprotocol "tollgate.bearer.<token>".
 func bearer(c *gin.Context) (string, error) {
 	h := c.GetHeader("Authorization")
-	if h == "" {
+	if h == "" && c.FullPath() == wsPath {
 		for _, p := range websocketProtocols(c.Request) {
 			if t, ok := strings.CutPrefix(p, wsBearer); ok {
 				h = "Bearer " + t

@@ -100,6 +100,7 @@ func TestClusterViewFromGatewayReports(t *testing.T) {
 		`tollgate_emergency_mode{cluster_id="default"} 0`,
 		`tollgate_app_reconcile_corrections_total{app_id="demo-p1",cluster_id="default"} 2`,
 		`tollgate_cp_http_requests_total{code="200",method="GET",route="/api/v1/nodes"} 1`,
+		`tollgate_build_info{component="controlplane",version="dev"} 1`,
 	} {
 		if !strings.Contains(prom.raw, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -111,7 +111,7 @@ func (s *server) table() []route {
 		{get, v1 + "/alerts", viewer, s.listAlerts},
 		{post, v1 + "/alerts/:id/ack", operator, s.ackAlert},
 		{get, v1 + "/audit", operator, s.queryAudit},
-		{get, v1 + "/ws", viewer, s.websocket},
+		{get, wsPath, viewer, s.websocket},
 	}
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -37,7 +38,8 @@ func (s *server) originAllowed(r *http.Request) bool {
 // websocket upgrades an authenticated request (token in Authorization or in the subprotocol
 // "tollgate.bearer.<token>", next to "tollgate.v1") and pushes the live messages: metrics every
 // collection period (one at once), alerts, config changes and emergency notices. The socket
-// closes when the access token expires; the client reconnects with a fresh one.
+// closes (code 4001) when the access token expires or its session ends; the client reconnects
+// with a fresh token.
 func (s *server) websocket(c *gin.Context) {
 	if !websocket.IsWebSocketUpgrade(c.Request) {
 		s.fail(c, errBadRequest("websocket_required", "this endpoint speaks WebSocket only"))
@@ -48,6 +50,7 @@ func (s *server) websocket(c *gin.Context) {
 		return
 	}
 	p, _ := principalOf(c)
+	tok, _ := bearer(c) // authenticate has read it
 	up := websocket.Upgrader{Subprotocols: []string{wsProtocol}, HandshakeTimeout: 5 * time.Second,
 		CheckOrigin: s.originAllowed}
 	conn, err := up.Upgrade(c.Writer, c.Request, nil)
@@ -65,16 +68,35 @@ func (s *server) websocket(c *gin.Context) {
 			return
 		}
 	}
-	s.pump(conn, ch, done, time.Until(p.Expires))
+	ctx := context.WithoutCancel(c.Request.Context())
+	s.pump(conn, ch, done, time.Until(p.Expires), func() bool { return s.sessionAlive(ctx, tok) })
 }
 
-func (s *server) pump(conn *websocket.Conn, ch <-chan []byte, done <-chan struct{}, ttl time.Duration) {
+// sessionAlive re-checks a socket's token as every request is checked (session, user, state,
+// TokensAfter). Only a refusal ends the socket: while Redis does not answer it stays open.
+func (s *server) sessionAlive(ctx context.Context, tok string) bool {
+	ctx, cancel := context.WithTimeout(ctx, wsWriteWait)
+	defer cancel()
+	_, err := s.principal(ctx, tok)
+	return err == nil || classify(err).Status != http.StatusUnauthorized
+}
+
+// pump writes the live messages until the socket fails, the token expires or the session
+// ends (re-checked every WSRecheck: logout, disable, delete, role or password change).
+func (s *server) pump(conn *websocket.Conn, ch <-chan []byte, done <-chan struct{}, ttl time.Duration, alive func() bool) {
 	ping := time.NewTicker(wsPingPeriod)
 	defer ping.Stop()
 	expire := time.NewTimer(max(ttl, time.Second))
 	defer expire.Stop()
+	recheck := time.NewTicker(s.opts.WSRecheck)
+	defer recheck.Stop()
 	for {
 		select {
+		case <-recheck.C:
+			if !alive() {
+				closeWith(conn, 4001, "session ended")
+				return
+			}
 		case msg, open := <-ch:
 			if !open {
 				closeWith(conn, websocket.CloseTryAgainLater, "too slow or shutting down")

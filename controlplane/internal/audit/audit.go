@@ -1,5 +1,7 @@
 // Package audit writes and reads the audit log: a Redis stream (ratelimit:admin:audit) with
-// bounded retention (XADD MAXLEN ~). Changes and validation attempts are written before the API
+// bounded retention (XADD MAXLEN ~), and a second one (ratelimit:admin:audit:anonymous) for
+// requests refused before authentication, trimmed on its own so that anonymous refusals can
+// never push an authenticated entry out. Changes and validation attempts are written before the API
 // answers (Req 10.8, 16.7); every API access (Req 21.10) goes through a buffered writer that
 // batches entries in pipelines and counts what it had to drop rather than slow the API down.
 package audit
@@ -47,14 +49,19 @@ type Entry struct {
 	Outcome   string          `json:"outcome"`
 	RequestID string          `json:"request_id,omitempty"`
 	Details   json.RawMessage `json:"details,omitempty"`
+
+	// Anonymous sends the entry to the anonymous stream: a request refused before anyone was
+	// authenticated (a 401, a failed login), which anyone on the network can cause.
+	Anonymous bool `json:"-"`
 }
 
 // Options of the log.
 type Options struct {
-	MaxLen  int64 // approximate retention in entries (default 100000)
-	Buffer  int   // access entries waiting for the writer (default 4096)
-	Logger  *slog.Logger
-	OnWrite func(action, outcome string) // e.g. a metrics counter; may be nil
+	MaxLen     int64 // approximate retention in entries (default 100000)
+	AnonMaxLen int64 // approximate retention of the anonymous stream (default 10000)
+	Buffer     int   // access entries waiting for the writer (default 4096)
+	Logger     *slog.Logger
+	OnWrite    func(action, outcome string) // e.g. a metrics counter; may be nil
 }
 
 // Log is the audit log.
@@ -71,6 +78,9 @@ type Log struct {
 func New(rdb redis.Cmdable, o Options) *Log {
 	if o.MaxLen <= 0 {
 		o.MaxLen = 100000
+	}
+	if o.AnonMaxLen <= 0 {
+		o.AnonMaxLen = 10000
 	}
 	if o.Buffer <= 0 {
 		o.Buffer = defaultBuffer
@@ -174,8 +184,11 @@ func (l *Log) wrote(e Entry) {
 
 func (l *Log) args(e Entry) *redis.XAddArgs {
 	doc, _ := json.Marshal(e)
-	return &redis.XAddArgs{Stream: keys.AdminAudit(), MaxLen: l.opts.MaxLen, Approx: true,
-		Values: []any{"e", doc}}
+	stream, maxLen := keys.AdminAudit(), l.opts.MaxLen
+	if e.Anonymous {
+		stream, maxLen = keys.AdminAuditAnonymous(), l.opts.AnonMaxLen
+	}
+	return &redis.XAddArgs{Stream: stream, MaxLen: maxLen, Approx: true, Values: []any{"e", doc}}
 }
 
 // complete fills what the request context knows and bounds the details.

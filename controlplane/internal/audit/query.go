@@ -33,7 +33,14 @@ type Filter struct {
 	Until    int64 // Unix ms, inclusive
 	Limit    int
 	Cursor   string // continue after this id (exclusive), newest first
+	Stream   string // StreamAuthenticated (default) or StreamAnonymous
 }
+
+// Streams of the log (Filter.Stream).
+const (
+	StreamAuthenticated = "authenticated"
+	StreamAnonymous     = "anonymous"
+)
 
 // Page is a result page, newest first; NextCursor is empty when nothing older is left.
 type Page struct {
@@ -59,7 +66,11 @@ func (l *Log) Query(ctx context.Context, f Filter) (Page, error) {
 	}
 	page := Page{Entries: []Entry{}}
 	q := streampage.Query{Since: f.Since, Until: f.Until, Cursor: f.Cursor, Limit: min(f.Limit, MaxLimit)}
-	next, err := streampage.Scan(ctx, l.rdb, keys.AdminAudit(), q, streampage.Limits{Batch: scanBatch, MaxScanned: maxScanned},
+	stream := keys.AdminAudit()
+	if f.Stream == StreamAnonymous {
+		stream = keys.AdminAuditAnonymous()
+	}
+	next, err := streampage.Scan(ctx, l.rdb, stream, q, streampage.Limits{Batch: scanBatch, MaxScanned: maxScanned},
 		func(id string, v map[string]any) bool {
 			e, ok := decode(id, v)
 			if ok && f.match(e) {

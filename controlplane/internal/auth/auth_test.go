@@ -3,20 +3,20 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"tollgate/controlplane/internal/clock"
 	"tollgate/internal/testutil"
 )
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
 func TestTokensRoundTripAndExpiry(t *testing.T) {
-	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	clk := testutil.NewClock(time.Unix(1_800_000_000, 0))
 	tk, err := NewTokens(secret, 15*time.Minute, clk)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestRoles(t *testing.T) {
 }
 
 func TestLimiter(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := testutil.NewClock(time.Unix(0, 0))
 	l := NewLimiter(2, 2, clk)
 	for i := 0; i < 2; i++ {
 		if ok, _ := l.Allow("u"); !ok {
@@ -70,6 +70,28 @@ func TestLimiter(t *testing.T) {
 	clk.Advance(500 * time.Millisecond)
 	if ok, _ := l.Allow("u"); !ok {
 		t.Fatal("refused after the wait")
+	}
+}
+
+// The failure budget: Check does not spend, Spend does; memory stays bounded whatever the keys.
+func TestLimiterBudgetAndBound(t *testing.T) {
+	clk := testutil.NewClock(time.Unix(0, 0))
+	l := NewLimiter(1, 2, clk)
+	for i := 0; i < 5; i++ {
+		if ok, _ := l.Check("c"); !ok {
+			t.Fatal("Check spent a token")
+		}
+	}
+	l.Spend("c")
+	l.Spend("c")
+	if ok, wait := l.Check("c"); ok || wait != time.Second {
+		t.Fatalf("after two failures: %v %s, want refused for 1s", ok, wait)
+	}
+	for i := 0; i < 3*maxBuckets; i++ {
+		l.Spend(fmt.Sprint("k", i)) // none of these buckets is full, so none is idle
+	}
+	if n := l.Len(); n > maxBuckets {
+		t.Fatalf("%d buckets, bound %d", n, maxBuckets)
 	}
 }
 

@@ -70,6 +70,13 @@ func (s *Sessions) Create(ctx context.Context, user string) (Session, string, er
 	if err == nil {
 		err = s.rdb.ExpireAt(ctx, keys.AdminSession(sid), ses.Expires).Err()
 	}
+	if err == nil { // the user's index lives as long as its newest session
+		_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.SAdd(ctx, keys.AdminUserSessions(user), sid)
+			p.ExpireAt(ctx, keys.AdminUserSessions(user), ses.Expires)
+			return nil
+		})
+	}
 	if err != nil {
 		return Session{}, "", fmt.Errorf("auth: create session: %w", err)
 	}
@@ -171,6 +178,29 @@ func (s *Sessions) Revoke(ctx context.Context, sid string) error {
 	}
 	if err := s.rdb.Del(ctx, keys.AdminSession(sid)).Err(); err != nil {
 		return fmt.Errorf("auth: revoke session: %w", err)
+	}
+	return nil
+}
+
+// RevokeUser ends every session of user (delete, disable, role or password change): their
+// access tokens fail the per-request check at once and their refresh tokens no longer rotate.
+func (s *Sessions) RevokeUser(ctx context.Context, user string) error {
+	idx := keys.AdminUserSessions(user)
+	sids, err := s.rdb.SMembers(ctx, idx).Result()
+	if err != nil {
+		return fmt.Errorf("auth: revoke sessions of %q: %w", user, err)
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, sid := range sids { // one key per command: sessions may live in different slots
+			if validSID(sid) {
+				p.Del(ctx, keys.AdminSession(sid))
+			}
+		}
+		p.Del(ctx, idx)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("auth: revoke sessions of %q: %w", user, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -14,54 +15,65 @@ import (
 
 // Environment variables of the admin API (README "Admin API").
 const (
-	EnvAdminUser     = "TOLLGATE_ADMIN_USER"     // first admin account (admin)
-	EnvAdminPassword = "TOLLGATE_ADMIN_PASSWORD" // its password on first run (generated if unset)
-	EnvJWTSecret     = "TOLLGATE_JWT_SECRET"     // HS256 key, >= 32 bytes (generated, kept in Redis)
-	EnvAccessTTL     = "TOLLGATE_ACCESS_TTL"     // access token lifetime (15m)
-	EnvRefreshTTL    = "TOLLGATE_REFRESH_TTL"    // session / refresh token lifetime (12h)
-	EnvCORSOrigins   = "TOLLGATE_CORS_ORIGINS"   // comma list of allowed browser origins (none)
-	EnvMetricsToken  = "TOLLGATE_METRICS_TOKEN"  // static bearer token for /metrics scrapes (none)
-	EnvAPIRate       = "TOLLGATE_API_RATE"       // per-user requests per second (20)
-	EnvAPIBurst      = "TOLLGATE_API_BURST"      // per-user burst (40)
-	EnvAuditMaxLen   = "TOLLGATE_AUDIT_MAXLEN"   // audit stream retention in entries (100000)
-	EnvLiveInterval  = "TOLLGATE_LIVE_INTERVAL"  // cluster view refresh and WebSocket push (5s)
-	EnvLoginMaxUser  = "TOLLGATE_LOGIN_MAX_USER" // login attempts per account per window (5)
-	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"   // failed logins per client address per window (20)
-	EnvLoginWindow   = "TOLLGATE_LOGIN_WINDOW"   // login limit window (15m)
-	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL" // Prometheus answering the console's history (none)
+	EnvAdminUser     = "TOLLGATE_ADMIN_USER"         // first admin account, created on an empty user store (admin; [A-Za-z0-9_-]{1,128})
+	EnvAdminPassword = "TOLLGATE_ADMIN_PASSWORD"     // password of the first admin on first run (generated, printed once; 12 to 72 bytes)
+	EnvJWTSecret     = "TOLLGATE_JWT_SECRET"         // HS256 signing key of the tokens (generated, kept in Redis; at least 32 bytes)
+	EnvAccessTTL     = "TOLLGATE_ACCESS_TTL"         // access token lifetime (15m; 1m to 1h)
+	EnvRefreshTTL    = "TOLLGATE_REFRESH_TTL"        // session / refresh token lifetime (12h; 5m to 720h)
+	EnvCORSOrigins   = "TOLLGATE_CORS_ORIGINS"       // comma-separated browser origins allowed by CORS (none; like https://console.example.com)
+	EnvMetricsToken  = "TOLLGATE_METRICS_TOKEN"      // static bearer token for /metrics scrapes (none; at least 32 bytes)
+	EnvAPIRate       = "TOLLGATE_API_RATE"           // API requests per second per user (20; 0.1 to 1e6)
+	EnvAPIBurst      = "TOLLGATE_API_BURST"          // API burst per user (40; 1 to 1000000)
+	EnvAuditMaxLen   = "TOLLGATE_AUDIT_MAXLEN"       // audit stream retention in entries (100000; 1000 to 100000000)
+	EnvLiveInterval  = "TOLLGATE_LIVE_INTERVAL"      // cluster view refresh and WebSocket push (5s; 100ms to 5s)
+	EnvLoginMaxUser  = "TOLLGATE_LOGIN_MAX_USER"     // failed logins per account and client before the backoff (5; 1 to 1000)
+	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"       // failed logins per client address per window (20; 1 to 100000)
+	EnvLoginWindow   = "TOLLGATE_LOGIN_WINDOW"       // login count window and longest backoff (15m; 1s to 24h)
+	EnvAnonRate      = "TOLLGATE_API_ANON_RATE"      // refused unauthenticated requests per client per second (1)
+	EnvAnonBurst     = "TOLLGATE_API_ANON_BURST"     // burst of refused unauthenticated requests per client (100)
+	EnvAuditAnonMax  = "TOLLGATE_AUDIT_ANON_MAXLEN"  // anonymous audit stream retention in entries (10000)
+	EnvTrustedProxy  = "TOLLGATE_CP_TRUSTED_PROXIES" // comma list of proxy CIDRs whose X-Forwarded-For is believed (none)
+	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL"     // Prometheus answering the console's history (none; an http:// or https:// URL)
 
 	// alert thresholds (README "Alerts")
-	EnvAlertCleanupStalled  = "TOLLGATE_ALERT_CLEANUP_STALLED"   // cleanup_stalled: last cleanup older than (120s)
-	EnvAlertSpikeWindow     = "TOLLGATE_ALERT_SPIKE_WINDOW"      // traffic_spike: recent window (1m)
-	EnvAlertSpikeBaseline   = "TOLLGATE_ALERT_SPIKE_BASELINE"    // baseline before it (30m)
-	EnvAlertSpikeMinHistory = "TOLLGATE_ALERT_SPIKE_MIN_HISTORY" // baseline history needed (10m)
+	EnvAlertCleanupStalled  = "TOLLGATE_ALERT_CLEANUP_STALLED"   // alert cleanup_stalled: a node's last cleanup older than (120s; 1s to 24h)
+	EnvAlertSpikeWindow     = "TOLLGATE_ALERT_SPIKE_WINDOW"      // alert traffic_spike: the recent window (1m; 1s to 1h)
+	EnvAlertSpikeBaseline   = "TOLLGATE_ALERT_SPIKE_BASELINE"    // alert traffic_spike: the baseline before it (30m; 1s to 24h)
+	EnvAlertSpikeMinHistory = "TOLLGATE_ALERT_SPIKE_MIN_HISTORY" // alert traffic_spike: history needed (10m; 1s to 24h, at most the baseline)
 )
 
 // Admin configures the admin API.
 type Admin struct {
-	User          string
-	Password      string // empty: generated and printed on first run
-	JWTSecret     []byte // empty: generated once and kept in Redis
-	AccessTTL     time.Duration
-	RefreshTTL    time.Duration
-	CORSOrigins   []string
-	MetricsToken  string
-	APIRate       float64
-	APIBurst      int
-	AuditMaxLen   int64
-	LiveInterval  time.Duration
-	LoginMaxUser  int
-	LoginMaxIP    int
-	LoginWindow   time.Duration
-	MinSecretSize int
-	PrometheusURL string // empty: no history ranges (the console says Prometheus is absent)
-	Alerts        live.AlertSettings
+	User         string
+	Password     string // empty: generated and printed on first run
+	JWTSecret    []byte // empty: generated once and kept in Redis
+	AccessTTL    time.Duration
+	RefreshTTL   time.Duration
+	CORSOrigins  []string
+	MetricsToken string
+	APIRate      float64
+	APIBurst     int
+	AuditMaxLen  int64
+	AuditAnonMax int64   // retention of the anonymous audit stream
+	AnonRate     float64 // refused unauthenticated requests per client per second
+	AnonBurst    int
+	// TrustedProxies are the CIDRs of reverse proxies whose X-Forwarded-For names the client
+	// (none: the connection's address is the client).
+	TrustedProxies []string
+	LiveInterval   time.Duration
+	LoginMaxUser   int
+	LoginMaxIP     int
+	LoginWindow    time.Duration
+	MinSecretSize  int
+	PrometheusURL  string // empty: no history ranges (the console says Prometheus is absent)
+	Alerts         live.AlertSettings
 }
 
 // DefaultAdmin are the admin API settings without environment overrides.
 func DefaultAdmin() Admin {
 	return Admin{User: "admin", AccessTTL: 15 * time.Minute, RefreshTTL: 12 * time.Hour,
-		APIRate: 20, APIBurst: 40, AuditMaxLen: 100000, LiveInterval: 5 * time.Second,
+		APIRate: 20, APIBurst: 40, AuditMaxLen: 100000, AuditAnonMax: 10000, AnonRate: 1, AnonBurst: 100,
+		LiveInterval: 5 * time.Second,
 		LoginMaxUser: 5, LoginMaxIP: 20, LoginWindow: 15 * time.Minute, MinSecretSize: 32,
 		Alerts: live.AlertSettings{CleanupStalled: live.CleanupStalled, SpikeWindow: live.SpikeWindow,
 			SpikeBaseline: live.SpikeBaseline, SpikeMinHistory: live.SpikeMinSpan}}
@@ -99,6 +111,8 @@ func adminFromEnv(getenv func(string) string) (Admin, []error) {
 			a.PrometheusURL = strings.TrimRight(v, "/")
 		}
 	}
+	proxies, perrs := parseProxies(getenv(EnvTrustedProxy))
+	a.TrustedProxies, errs = proxies, append(errs, perrs...)
 	origins, oerrs := parseOrigins(getenv(EnvCORSOrigins))
 	a.CORSOrigins, errs = origins, append(errs, oerrs...)
 	errs = append(errs, adminDurations(getenv, &a)...)
@@ -142,12 +156,21 @@ func adminDurations(getenv func(string) string, a *Admin) []error {
 
 func adminNumbers(getenv func(string) string, a *Admin) []error {
 	var errs []error
-	if v := strings.TrimSpace(getenv(EnvAPIRate)); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(f >= 0.1 && f <= 1e6) {
-			errs = append(errs, fmt.Errorf("%s=%q: want 0.1 to 1e6", EnvAPIRate, v))
-		} else {
-			a.APIRate = f
+	for _, r := range []struct {
+		name     string
+		dst      *float64
+		min, max float64
+	}{
+		{EnvAPIRate, &a.APIRate, 0.1, 1e6},
+		{EnvAnonRate, &a.AnonRate, 0.001, 1e6},
+	} {
+		if v := strings.TrimSpace(getenv(r.name)); v != "" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f >= r.min && f <= r.max) {
+				errs = append(errs, fmt.Errorf("%s=%q: want %g to %g", r.name, v, r.min, r.max))
+				continue
+			}
+			*r.dst = f
 		}
 	}
 	for _, n := range []struct {
@@ -156,6 +179,7 @@ func adminNumbers(getenv func(string) string, a *Admin) []error {
 		min, max int
 	}{
 		{EnvAPIBurst, &a.APIBurst, 1, 1000000},
+		{EnvAnonBurst, &a.AnonBurst, 1, 1000000},
 		{EnvLoginMaxUser, &a.LoginMaxUser, 1, 1000},
 		{EnvLoginMaxIP, &a.LoginMaxIP, 1, 100000},
 	} {
@@ -168,15 +192,51 @@ func adminNumbers(getenv func(string) string, a *Admin) []error {
 			*n.dst = i
 		}
 	}
-	if v := strings.TrimSpace(getenv(EnvAuditMaxLen)); v != "" {
-		i, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || i < 1000 || i > 100000000 {
-			errs = append(errs, fmt.Errorf("%s=%q: want 1000 to 100000000", EnvAuditMaxLen, v))
-		} else {
-			a.AuditMaxLen = i
+	for _, n := range []struct {
+		name     string
+		dst      *int64
+		min, max int64
+	}{
+		{EnvAuditMaxLen, &a.AuditMaxLen, 1000, 100000000},
+		{EnvAuditAnonMax, &a.AuditAnonMax, 100, 100000000},
+	} {
+		if v := strings.TrimSpace(getenv(n.name)); v != "" {
+			i, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || i < n.min || i > n.max {
+				errs = append(errs, fmt.Errorf("%s=%q: want %d to %d", n.name, v, n.min, n.max))
+				continue
+			}
+			*n.dst = i
 		}
 	}
 	return errs
+}
+
+// parseProxies reads a comma list of proxy addresses or CIDRs (a bare address is its /32 or
+// /128).
+func parseProxies(v string) ([]string, []error) {
+	var out []string
+	var errs []error
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if ip := net.ParseIP(p); ip != nil {
+			bits := 128
+			if ip.To4() != nil {
+				bits = 32
+			}
+			p = fmt.Sprintf("%s/%d", ip, bits)
+		}
+		_, n, err := net.ParseCIDR(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not an address or CIDR like 10.0.0.0/8", EnvTrustedProxy, p))
+			continue
+		}
+		out = append(out, n.String())
+	}
+	return out, errs
 }
 
 // parseOrigins reads a comma list of exact origins (scheme://host[:port], no path, no "*").
@@ -215,7 +275,9 @@ func (a Admin) LogValue() slog.Value {
 		slog.Duration("access_ttl", a.AccessTTL), slog.Duration("refresh_ttl", a.RefreshTTL),
 		slog.Any("cors_origins", a.CORSOrigins),
 		slog.Float64("api_rate", a.APIRate), slog.Int("api_burst", a.APIBurst),
-		slog.Int64("audit_maxlen", a.AuditMaxLen), slog.Duration("live_interval", a.LiveInterval),
+		slog.Int64("audit_maxlen", a.AuditMaxLen), slog.Int64("audit_anon_maxlen", a.AuditAnonMax),
+		slog.Float64("api_anon_rate", a.AnonRate), slog.Int("api_anon_burst", a.AnonBurst),
+		slog.Any("trusted_proxies", a.TrustedProxies), slog.Duration("live_interval", a.LiveInterval),
 		slog.Int("login_max_user", a.LoginMaxUser), slog.Int("login_max_ip", a.LoginMaxIP),
 		slog.Duration("login_window", a.LoginWindow),
 		slog.String("prometheus_url", a.PrometheusURL),

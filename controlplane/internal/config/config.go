@@ -3,6 +3,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,9 +19,11 @@ import (
 
 // Environment variable names and their defaults.
 const (
-	EnvAddr     = "TOLLGATE_CP_ADDR"
-	EnvRedisURL = "TOLLGATE_REDIS_URL"
-	EnvSeedDemo = "TOLLGATE_SEED_DEMO"
+	EnvAddr     = "TOLLGATE_CP_ADDR"   // HTTP listen address of the API, console and /metrics (127.0.0.1:9090; host:port)
+	EnvRedisURL = "TOLLGATE_REDIS_URL" // Redis: redis://[:password@]host:port[/db], rediss://, redis-sentinel://, redis-cluster:// (redis://127.0.0.1:6390/0)
+	EnvSeedDemo = "TOLLGATE_SEED_DEMO" // seed the demo config into an empty Redis (true; true or false)
+	EnvTLSCert  = "TOLLGATE_TLS_CERT"  // PEM certificate (chain) file: serve HTTPS (with TOLLGATE_TLS_KEY) (none; a file path)
+	EnvTLSKey   = "TOLLGATE_TLS_KEY"   // PEM private key file of TOLLGATE_TLS_CERT (none; a file path)
 
 	DefaultAddr     = "127.0.0.1:9090"
 	DefaultRedisURL = "redis://127.0.0.1:6390/0"
@@ -32,6 +35,8 @@ type Config struct {
 	Addr     string // HTTP listen address host:port
 	RedisURL string // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
 	SeedDemo bool   // seed the demo config into an empty Redis
+	TLSCert  string // PEM certificate file; with TLSKey the API and console are served over HTTPS
+	TLSKey   string // PEM private key file
 	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
 	Admin    Admin  // admin API: auth, CORS, limits, audit (admin.go)
 
@@ -45,6 +50,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Addr:     orDefault(getenv(EnvAddr), DefaultAddr),
 		RedisURL: orDefault(getenv(EnvRedisURL), DefaultRedisURL),
 		SeedDemo: DefaultSeedDemo,
+		TLSCert:  strings.TrimSpace(getenv(EnvTLSCert)),
+		TLSKey:   strings.TrimSpace(getenv(EnvTLSKey)),
 	}
 	var errs []error
 	if v := strings.TrimSpace(getenv(EnvSeedDemo)); v != "" {
@@ -68,6 +75,14 @@ func (c *Config) validate() []error {
 	var errs []error
 	if err := validateAddr(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("%s=%q: %w", EnvAddr, c.Addr, err))
+	}
+	switch {
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		errs = append(errs, fmt.Errorf("%s and %s: set both or neither", EnvTLSCert, EnvTLSKey))
+	case c.TLSCert != "":
+		if _, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q, %s=%q: %w", EnvTLSCert, c.TLSCert, EnvTLSKey, c.TLSKey, err))
+		}
 	}
 	target, err := redisconn.Parse(c.RedisURL)
 	if err != nil {
@@ -97,6 +112,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("addr", c.Addr),
 		slog.String("redis_url", c.redisURLForLog()),
 		slog.Bool("seed_demo", c.SeedDemo),
+		slog.String("tls_cert", c.TLSCert),
 		slog.Any("jobs", c.Jobs),
 		slog.Any("admin", c.Admin),
 	)

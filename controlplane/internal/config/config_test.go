@@ -62,6 +62,21 @@ func TestAlertSettings(t *testing.T) {
 	}
 }
 
+func TestSecuritySettings(t *testing.T) {
+	c, err := FromEnv(env(nil))
+	if a := c.Admin; err != nil || a.TrustedProxies != nil || a.AnonRate != 1 || a.AnonBurst != 100 ||
+		a.AuditAnonMax != 10000 || c.TLSCert != "" {
+		t.Fatalf("defaults %+v, %v", a, err)
+	}
+	c, err = FromEnv(env(map[string]string{EnvTrustedProxy: " 10.0.0.0/8, 192.0.2.7 ,2001:db8::/48, ::1",
+		EnvAnonRate: "0.5", EnvAnonBurst: "30", EnvAuditAnonMax: "500"}))
+	want := "10.0.0.0/8 192.0.2.7/32 2001:db8::/48 ::1/128"
+	if a := c.Admin; err != nil || strings.Join(a.TrustedProxies, " ") != want || a.AnonRate != 0.5 ||
+		a.AnonBurst != 30 || a.AuditAnonMax != 500 {
+		t.Fatalf("overrides %+v, %v", a, err)
+	}
+}
+
 func TestInvalidValuesAreAllReported(t *testing.T) {
 	cases := []struct {
 		name string
@@ -79,6 +94,12 @@ func TestInvalidValuesAreAllReported(t *testing.T) {
 		{"alert age below 1s", map[string]string{EnvAlertCleanupStalled: "500ms"}, []string{EnvAlertCleanupStalled}},
 		{"spike history beyond its baseline", map[string]string{EnvAlertSpikeBaseline: "5m"},
 			[]string{EnvAlertSpikeMinHistory}},
+		{"proxy not a CIDR", map[string]string{EnvTrustedProxy: "10.0.0.0/8,proxy.example.com"}, []string{EnvTrustedProxy}},
+		{"proxy bad mask", map[string]string{EnvTrustedProxy: "10.0.0.0/33"}, []string{EnvTrustedProxy}},
+		{"anon rate zero", map[string]string{EnvAnonRate: "0"}, []string{EnvAnonRate}},
+		{"anon burst zero", map[string]string{EnvAnonBurst: "0"}, []string{EnvAnonBurst}},
+		{"anon audit too small", map[string]string{EnvAuditAnonMax: "10"}, []string{EnvAuditAnonMax}},
+		{"tls cert without key", map[string]string{EnvTLSCert: "/nonexistent.pem"}, []string{EnvTLSCert}},
 		{"all three", map[string]string{EnvAddr: ":0", EnvRedisURL: "nope://", EnvSeedDemo: "2"},
 			[]string{EnvAddr, EnvRedisURL, EnvSeedDemo}},
 	}

@@ -10,15 +10,15 @@ import (
 
 // Environment variables of the periodic jobs (run by the elected leader among replicas).
 const (
-	EnvJobs               = "TOLLGATE_CP_JOBS"                // run jobs at all (true)
-	EnvLeaderTTL          = "TOLLGATE_CP_LEADER_TTL"          // leader lock expiry (10s)
-	EnvReconcileEvery     = "TOLLGATE_CP_RECONCILE_INTERVAL"  // reconciliation (60s, Req 7.1)
-	EnvDriftTolerance     = "TOLLGATE_CP_DRIFT_TOLERANCE"     // correction above (0.1, Req 7.2)
-	EnvReapAfter          = "TOLLGATE_CP_REAP_AFTER"          // silent nodes' leases reaped (30s)
-	EnvUsageEvery         = "TOLLGATE_CP_USAGE_INTERVAL"      // overload and emergency checks (5s)
-	EnvEmergencyThreshold = "TOLLGATE_CP_EMERGENCY_THRESHOLD" // auto activation above (0.95)
-	EnvEmergencyDuration  = "TOLLGATE_CP_EMERGENCY_DURATION"  // of an emergency (300s, Req 6.5)
-	EnvDebtEvery          = "TOLLGATE_CP_DEBT_INTERVAL"       // debt repayment (10s)
+	EnvJobs               = "TOLLGATE_CP_JOBS"                // run the periodic jobs at all (true; true or false)
+	EnvLeaderTTL          = "TOLLGATE_CP_LEADER_TTL"          // leader lock expiry (10s; 100ms to 10m)
+	EnvReconcileEvery     = "TOLLGATE_CP_RECONCILE_INTERVAL"  // reconciliation interval (60s; 10ms to 24h)
+	EnvDriftTolerance     = "TOLLGATE_CP_DRIFT_TOLERANCE"     // lease drift corrected above this share (0.1; > 0 and <= 10)
+	EnvReapAfter          = "TOLLGATE_CP_REAP_AFTER"          // a silent node's leases are reaped after (30s; 1s to 24h)
+	EnvUsageEvery         = "TOLLGATE_CP_USAGE_INTERVAL"      // usage measurement for overload and emergency (5s; 10ms to 1h)
+	EnvEmergencyThreshold = "TOLLGATE_CP_EMERGENCY_THRESHOLD" // usage share that activates emergency mode (0.95; > 0 and <= 10)
+	EnvEmergencyDuration  = "TOLLGATE_CP_EMERGENCY_DURATION"  // length of an emergency (300s; 1s to 24h, whole seconds)
+	EnvDebtEvery          = "TOLLGATE_CP_DEBT_INTERVAL"       // debt repayment interval (10s; 10ms to 24h)
 )
 
 // Jobs configures the periodic jobs.

@@ -9,21 +9,21 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/controlplane/internal/cptest"
 	"tollgate/internal/keys"
+	"tollgate/internal/testutil"
 )
 
 // alertFixture: a real Redis with cluster c1 (apps a1, a2), the service on a fake clock, and
 // helpers that write what gateways write (node reports, connection statistics).
 type alertFixture struct {
-	*cptest.Fixture
+	*testutil.Fixture
 	svc  *Service
 	msgs <-chan []byte
 }
 
 func newAlertFixture(t *testing.T) *alertFixture {
 	t.Helper()
-	f := &alertFixture{Fixture: cptest.New(t)}
+	f := &alertFixture{Fixture: testutil.NewFixture(t)}
 	f.Cluster("c1", 100000)
 	f.App("c1", "a1", 100, 1000, 1, 0)
 	f.App("c1", "a2", 100, 1000, 1, 0)

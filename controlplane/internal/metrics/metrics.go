@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"tollgate/controlplane/internal/live"
+	"tollgate/internal/version"
 )
 
 // Options are the read-outs the metrics need.
@@ -49,8 +50,12 @@ func New(o Options) *Metrics {
 	m.redisLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_cp_redis_latency_seconds",
 		Help:    "Round trip of the control plane's PING to Redis, once per collection.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}})
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_build_info",
+		Help: "Always 1: the version of this build (internal/version), by component."},
+		[]string{"version", "component"})
+	buildInfo.WithLabelValues(version.Version, "controlplane").Set(1)
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.auditEntries, m.collections, m.redisLatency,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if o.AuditDropped != nil {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_cp_audit_dropped_total",
 			Help: "Access audit entries dropped because the writer fell behind or Redis failed."},

@@ -18,9 +18,10 @@ var source []byte
 
 // Operation is one method and path of the document, with the path in Gin's form (":id").
 type Operation struct {
-	Method string
-	Path   string
-	Public bool // security: [] (no token)
+	Method  string
+	Path    string
+	Public  bool   // security: [] (no token)
+	Summary string // the operation's summary (one line)
 }
 
 // JSON returns the document as JSON.
@@ -48,12 +49,13 @@ func Operations() ([]Operation, error) {
 			}
 			var op struct {
 				Security *[]any `yaml:"security"`
+				Summary  string `yaml:"summary"`
 			}
 			if err := node.Decode(&op); err != nil {
 				return nil, fmt.Errorf("openapi: %s %s: %w", method, path, err)
 			}
 			out = append(out, Operation{Method: strings.ToUpper(method), Path: ginPath(path),
-				Public: op.Security != nil && len(*op.Security) == 0})
+				Public: op.Security != nil && len(*op.Security) == 0, Summary: op.Summary})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -60,8 +60,10 @@ func (u User) View() View {
 		UpdatedAt: u.UpdatedAt}
 }
 
-// Valid reports whether a session started at createdMS (Unix ms) may act for u.
-func (u User) Valid(createdMS int64) bool { return !u.Disabled && createdMS > u.TokensAfter }
+// Valid reports whether a session started at createdMS (Unix ms) may act for u. A session of
+// the same millisecond as TokensAfter is valid (a login right after its user was created); the
+// API also deletes a changed user's sessions (auth.Sessions.RevokeUser).
+func (u User) Valid(createdMS int64) bool { return !u.Disabled && createdMS >= u.TokensAfter }
 
 // Patch changes some fields of a user; nil fields stay.
 type Patch struct {
@@ -154,8 +156,10 @@ func (s *Store) Create(ctx context.Context, name, password string, role auth.Rol
 	if err != nil {
 		return User{}, err
 	}
-	now := s.clock.Now().Unix()
-	u := User{Username: name, Role: role, PasswordHash: hash, CreatedAt: now, UpdatedAt: now}
+	now := s.clock.Now()
+	// TokensAfter = now: a session left by an earlier user of this name (deleted) stays ended
+	u := User{Username: name, Role: role, PasswordHash: hash, CreatedAt: now.Unix(), UpdatedAt: now.Unix(),
+		TokensAfter: now.UnixMilli()}
 	doc, _ := json.Marshal(u)
 	ok, err := s.rdb.HSetNX(ctx, keys.AdminUsers(), name, doc).Result()
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"tollgate/controlplane/internal/auth"
 	"tollgate/internal/testutil"
@@ -59,5 +62,43 @@ func TestTheLastEnabledAdminStays(t *testing.T) {
 	all, err := s.List(ctx)
 	if err != nil || len(all) != 1 || all[0].Username != "second" {
 		t.Fatalf("list = %+v %v", all, err)
+	}
+}
+
+// Item 6 of issue 19: a user deleted and created again under the same name does not accept the
+// sessions of the deleted one, even where nothing deleted them.
+func TestRecreatedUserRefusesTheOldSessions(t *testing.T) {
+	h, err := auth.NewHasher(bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := testutil.NewClock(time.Unix(1_700_000_000, 0))
+	s := New(testutil.StartRedis(t).Client(), h, clk)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "admin", "admin-password-123", auth.Admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "dora", "dora-password-123", auth.Operator); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	session := clk.Now().UnixMilli() // dora logs in
+	u, _ := s.Get(ctx, "dora")
+	if !u.Valid(session) {
+		t.Fatal("the session of a live user is refused")
+	}
+	if err := s.Delete(ctx, "dora"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	u, err = s.Create(ctx, "dora", "other-password-123", auth.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Valid(session) {
+		t.Fatal("the re-created user accepts the deleted user's session")
+	}
+	if !u.Valid(clk.Now().UnixMilli()) {
+		t.Fatal("the re-created user refuses a session of the same millisecond")
 	}
 }

@@ -14,10 +14,10 @@ import (
 
 	"pgregory.net/rapid"
 
-	"tollgate/controlplane/internal/cptest"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
 	"tollgate/internal/store"
+	"tollgate/internal/testutil"
 )
 
 type auditLog struct {
@@ -32,7 +32,7 @@ func (l *auditLog) ValidationAttempt(_ context.Context, a validate.Attempt) {
 }
 
 // snapshot is every key of the Redis with its serialized value.
-func snapshot(t fataler, f *cptest.Fixture) map[string]string {
+func snapshot(t fataler, f *testutil.Fixture) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	var cursor uint64
@@ -160,7 +160,7 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 // the id, quota, borrow, c_bw and connection rules — naming each broken field; it never writes
 // (dry run or not); and whatever it accepts the scripts accept too.
 func TestProperty11ConfigValidation(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	audit := &auditLog{}
 	v := validate.New(f.Store, slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)), audit)
 	rapid.Check(t, func(rt *rapid.T) {
@@ -242,7 +242,7 @@ func TestProperty11ConfigValidation(t *testing.T) {
 
 // apply writes an accepted change through the store — shrinking apps first, then the cluster,
 // then the rest — and fails if a script refuses what the validator accepted.
-func apply(t *rapid.T, f *cptest.Fixture, existing map[string]store.App, ch validate.Change) {
+func apply(t *rapid.T, f *testutil.Fixture, existing map[string]store.App, ch validate.Change) {
 	apps := append([]validate.App(nil), ch.Apps...)
 	sort.SliceStable(apps, func(i, j int) bool {
 		return apps[i].GuaranteedQuota-existing[apps[i].AppID].GuaranteedQuota <
@@ -279,7 +279,7 @@ func apply(t *rapid.T, f *cptest.Fixture, existing map[string]store.App, ch vali
 // The diff names exactly the fields that change, with old and new values; every attempt is
 // logged without echoing values or invalid ids.
 func TestDiffAndLog(t *testing.T) {
-	f := cptest.New(t)
+	f := testutil.NewFixture(t)
 	f.Cluster("c1", 100_000)
 	f.App("c1", "a1", 1000, 2000, 1, 0)
 	var buf bytes.Buffer

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"tollgate/demo/s3"
+	"tollgate/internal/version"
 )
 
 const (
@@ -40,6 +41,14 @@ const (
 )
 
 func main() {
+	if len(os.Args) > 1 {
+		if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+			fmt.Println(version.String("tollgate-demo-s3"))
+			return
+		}
+		fmt.Fprintln(os.Stderr, "usage: tollgate-demo-s3 [--version] (address from TOLLGATE_BACKEND_ADDR)")
+		os.Exit(2)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(log); err != nil {
 		log.Error("tollgate-demo-s3 stopped", "err", err)

@@ -21,13 +21,40 @@ export function configOf(b: Breaker): BreakerConfig {
 const MIN_MS = 100
 const MAX_MS = 3600000
 const MAX_COUNT = 1000000
+const MAX_STATUSES = 100
 const inRange = (n: unknown, lo: number, hi: number): boolean =>
   typeof n === 'number' && Number.isInteger(n) && n >= lo && n <= hi
 
-export function validateBreaker(b: BreakerConfig): Violation[] {
+const BOOLEANS = ['enabled', 'per_app'] as const
+const INTEGERS = ['window_ms', 'min_requests', 'failure_threshold', 'open_timeout_ms', 'success_threshold',
+  'half_open_max_inflight'] as const
+
+/** The field of a config whose JSON type is wrong (the API's decoding refuses it as invalid_type). */
+function typeViolation(b: BreakerConfig): Violation | undefined {
+  const bad = (field: string, what: string): Violation => ({ field, code: 'invalid_type', message: `${field} must be ${what}` })
+  const f = BOOLEANS.find((k) => typeof b[k] !== 'boolean')
+  if (f) return bad(f, 'true or false')
+  const i = INTEGERS.find((k) => !Number.isInteger(b[k]))
+  if (i) return bad(i, 'a whole number')
+  if (typeof b.failure_ratio !== 'number') return bad('failure_ratio', 'a number')
+  if (!Array.isArray(b.failure_statuses) || !b.failure_statuses.every((s) => Number.isInteger(s))) {
+    return bad('failure_statuses', 'a list of whole numbers')
+  }
+  return undefined
+}
+
+/**
+ * The API's checks of breaker `name` (the path's; default: the config's own), as violations
+ * with the API's field paths. testdata/breakers/ is the corpus it shares with the API and the
+ * gateway (corpus.test.ts).
+ */
+export function validateBreaker(b: BreakerConfig, name: string = b.name): Violation[] {
+  const typeErr = typeViolation(b)
+  if (typeErr) return [typeErr]
   const out: Violation[] = []
   const v = (field: string, code: string, message: string) => out.push({ field, code, message })
-  if (!ID_RE.test(b.name)) v('name', 'invalid_id', 'name must match ^[A-Za-z0-9_-]{1,128}$ (the backend\'s $tollgate_backend)')
+  if (!ID_RE.test(name)) v('name', 'invalid_id', 'name must match ^[A-Za-z0-9_-]{1,128}$ (the backend\'s $tollgate_backend)')
+  else if (b.name !== name) v('name', 'name_mismatch', 'name in the body must match the path')
   for (const [f, lo, hi] of [['window_ms', MIN_MS, MAX_MS], ['min_requests', 1, MAX_COUNT],
     ['failure_threshold', 1, MAX_COUNT], ['open_timeout_ms', MIN_MS, MAX_MS], ['success_threshold', 1, MAX_COUNT],
     ['half_open_max_inflight', 1, MAX_COUNT]] as const) {
@@ -36,6 +63,10 @@ export function validateBreaker(b: BreakerConfig): Violation[] {
   const r = b.failure_ratio
   if (!(typeof r === 'number' && r > 0 && r <= 1)) v('failure_ratio', 'invalid_failure_ratio', 'failure_ratio must be in (0, 1]')
   if (b.failure_statuses.length === 0) v('failure_statuses', 'empty_list', 'failure_statuses must list at least one status')
+  if (b.failure_statuses.length > MAX_STATUSES) {
+    v('failure_statuses', 'too_many', `failure_statuses holds at most ${MAX_STATUSES} entries`)
+    return out
+  }
   const seen = new Set<number>()
   b.failure_statuses.forEach((s, i) => {
     if (!Number.isInteger(s) || s < 500 || s > 599) v(`failure_statuses[${i}]`, 'invalid_status', `failure statuses are 500-599, got ${s}`)

@@ -6,8 +6,8 @@ import { RULE_ACTIONS, RULE_ALGORITHMS, RULE_DISTRIBUTIONS, RULE_SCOPES, RULE_UN
   type Violation } from '@/api/types'
 
 export const ID_RE = /^[A-Za-z0-9_-]{1,128}$/
-/** an HTTP header name (RFC 9110 token), at most 128 bytes */
-const HEADER_RE = /^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$/
+/** a header name as the gateway's rule parser takes it: 1-128 of A-Z a-z 0-9 - _ (contract §8) */
+const HEADER_RE = /^[A-Za-z0-9_-]{1,128}$/
 const BUCKET_RE = /^[A-Za-z0-9._-]{1,255}$/
 export const HTTP_METHODS = ['GET', 'HEAD', 'PUT', 'POST', 'DELETE', 'OPTIONS', 'PATCH'] as const
 // the bounds of controlplane/internal/rules (rule.go)
@@ -20,8 +20,8 @@ const MAX_HEADERS = 20
 const MAX_PATH = 512
 const MAX_KEY_PREFIX = 1024
 const MAX_HEADER_VALUE = 256
-/** integers beyond this lose precision in the gateway's Lua */
-const MAX_INT = 2 ** 53 - 1
+/** limit and burst: the gateway's bound (MaxLimit of rule.go) */
+export const MAX_LIMIT = 1e12
 /** RFC 3339 date-time (the API parses it; this only catches what certainly is not one) */
 const RFC3339_RE = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/
 
@@ -247,14 +247,63 @@ function duplicate(l: readonly string[]): string | undefined {
   return undefined
 }
 
-/** The API's checks of a rule body, as violations with the API's field paths. */
-export function validateRule(r: RuleInput): Violation[] {
+// the JSON type of each field of a rule body: what the API's strict decoding refuses as invalid_type
+const RULE_TYPES: Record<string, 'string' | 'integer' | 'boolean' | 'object'> = {
+  id: 'string', description: 'string', scope: 'string', user_key: 'string', match: 'object', algorithm: 'string',
+  limit: 'integer', window_seconds: 'integer', burst: 'integer', unit: 'string', distribution: 'string',
+  priority: 'integer', enabled: 'boolean', effective_from: 'string', effective_to: 'string', action: 'string',
+  throttle_max_delay_ms: 'integer', created_at: 'integer', updated_at: 'integer', updated_by: 'string',
+}
+const MATCH_TYPES: Record<string, 'strings' | 'string' | 'map'> = {
+  app_ids: 'strings', methods: 'strings', bucket: 'string', key_prefix: 'string', path: 'string', cidrs: 'strings',
+  headers: 'map',
+}
+
+function typeOK(x: unknown, t: string): boolean {
+  switch (t) {
+    case 'integer': return isInt(x)
+    case 'object': return typeof x === 'object' && !Array.isArray(x)
+    case 'strings': return Array.isArray(x) && x.every((e) => typeof e === 'string')
+    case 'map': return typeof x === 'object' && !Array.isArray(x) && Object.values(x as object).every((e) => typeof e === 'string')
+    default: return typeof x === t
+  }
+}
+
+/** The fields of a body (null = left out) whose JSON type is wrong, as the API's decoding finds the first. */
+function typeViolation(r: Record<string, unknown>): Violation | undefined {
+  for (const [k, x] of Object.entries(r)) {
+    if (x !== null && RULE_TYPES[k] !== undefined && !typeOK(x, RULE_TYPES[k])) {
+      return v(k, 'invalid_type', `${k} must be ${RULE_TYPES[k]}`)
+    }
+  }
+  const m = r.match
+  if (m !== null && typeof m === 'object') {
+    for (const [k, x] of Object.entries(m)) {
+      if (x !== null && MATCH_TYPES[k] !== undefined && !typeOK(x, MATCH_TYPES[k])) {
+        return v(`match.${k}`, 'invalid_type', `match.${k} must be ${MATCH_TYPES[k]}`)
+      }
+    }
+  }
+  return undefined
+}
+
+/**
+ * The API's checks of a rule body (fields left out or null take the API's defaults), as
+ * violations with the API's field paths. testdata/rules/ is the corpus it shares with the API
+ * and the gateway (corpus.test.ts).
+ */
+export function validateRule(body: RuleInput): Violation[] {
+  const typeErr = typeViolation(body as unknown as Record<string, unknown>)
+  if (typeErr) return [typeErr]
+  const r = Object.fromEntries(Object.entries(body).filter(([, x]) => x !== null)) as RuleInput
   const out: Violation[] = []
-  if (!ID_RE.test(r.id)) out.push(v('id', 'invalid_id', 'id must match ^[A-Za-z0-9_-]{1,128}$'))
+  if (r.id === undefined) out.push(v('id', 'required', 'id is required'))
+  else if (!ID_RE.test(r.id)) out.push(v('id', 'invalid_id', 'id must match ^[A-Za-z0-9_-]{1,128}$'))
   if (r.description !== undefined && !printable(r.description, MAX_DESCRIPTION)) {
     out.push(v('description', 'invalid_description', `description: printable text of at most ${MAX_DESCRIPTION} bytes`))
   }
-  if (!(RULE_SCOPES as readonly string[]).includes(r.scope)) {
+  if (r.scope === undefined) out.push(v('scope', 'required', 'scope is required'))
+  else if (!(RULE_SCOPES as readonly string[]).includes(r.scope)) {
     out.push(v('scope', 'invalid_scope', `scope must be one of ${RULE_SCOPES.join(', ')}`))
   }
   if (r.scope === 'user') {
@@ -266,30 +315,34 @@ export function validateRule(r: RuleInput): Violation[] {
   } else if (r.user_key !== undefined && r.user_key !== '') {
     out.push(v('user_key', 'user_key_not_allowed', 'user_key applies to scope user only'))
   }
-  if (!(RULE_ALGORITHMS as readonly string[]).includes(r.algorithm)) {
+  if (r.algorithm === undefined) out.push(v('algorithm', 'required', 'algorithm is required'))
+  else if (!(RULE_ALGORITHMS as readonly string[]).includes(r.algorithm)) {
     out.push(v('algorithm', 'invalid_algorithm', `algorithm must be one of ${RULE_ALGORITHMS.join(', ')}`))
   }
-  if (!inRange(r.limit, 1, MAX_INT - 1)) out.push(v('limit', 'invalid_limit', 'limit must be a whole number of at least 1'))
-  if (!inRange(r.window_seconds, 1, MAX_WINDOW_SECONDS)) {
+  if (r.limit === undefined) out.push(v('limit', 'required', 'limit is required'))
+  else if (!inRange(r.limit, 1, MAX_LIMIT)) out.push(v('limit', 'invalid_limit', `limit must be a whole number from 1 to ${MAX_LIMIT}`))
+  if (r.window_seconds === undefined) out.push(v('window_seconds', 'required', 'window_seconds is required'))
+  else if (!inRange(r.window_seconds, 1, MAX_WINDOW_SECONDS)) {
     out.push(v('window_seconds', 'invalid_window', `window_seconds must be a whole number from 1 to ${MAX_WINDOW_SECONDS}`))
   }
   if (r.burst !== undefined) {
-    if (r.algorithm !== 'token_bucket') {
+    if (r.algorithm === 'sliding_window' || r.algorithm === 'fixed_window') {
       out.push(v('burst', 'burst_not_allowed', `burst applies to token_bucket only; leave it out for ${r.algorithm}`))
-    } else if (!inRange(r.burst, 1, MAX_INT - 1)) {
-      out.push(v('burst', 'invalid_burst', 'burst must be a whole number of at least 1'))
+    } else if (r.algorithm !== 'token_bucket') {
+      // an unknown algorithm is its own violation
+    } else if (!inRange(r.burst, 1, MAX_LIMIT)) {
+      out.push(v('burst', 'invalid_burst', `burst must be a whole number from 1 to ${MAX_LIMIT}`))
     } else if (isInt(r.limit) && r.limit >= 1 && r.burst < r.limit) {
       out.push(v('burst', 'burst_below_limit', `burst must be at least limit (${r.limit})`))
     }
   }
-  if (!(RULE_UNITS as readonly string[]).includes(r.unit)) out.push(v('unit', 'invalid_unit', 'unit must be requests or cost'))
-  if (!(RULE_DISTRIBUTIONS as readonly string[]).includes(r.distribution)) {
+  if (r.unit !== undefined && !(RULE_UNITS as readonly string[]).includes(r.unit)) out.push(v('unit', 'invalid_unit', 'unit must be requests or cost'))
+  if (r.distribution !== undefined && !(RULE_DISTRIBUTIONS as readonly string[]).includes(r.distribution)) {
     out.push(v('distribution', 'invalid_distribution', 'distribution must be node or global'))
   }
-  if (!inRange(r.priority, 0, MAX_PRIORITY)) {
+  if (r.priority !== undefined && !inRange(r.priority, 0, MAX_PRIORITY)) {
     out.push(v('priority', 'invalid_priority', `priority must be a whole number from 0 to ${MAX_PRIORITY}`))
   }
-  if (typeof r.enabled !== 'boolean') out.push(v('enabled', 'invalid_enabled', 'enabled must be true or false'))
   if (!validTime(r.effective_from)) out.push(v('effective_from', 'invalid_time', 'effective_from must be an RFC 3339 time like 2026-11-21T00:00:00Z'))
   if (!validTime(r.effective_to)) out.push(v('effective_to', 'invalid_time', 'effective_to must be an RFC 3339 time like 2026-11-21T00:00:00Z'))
   const from = validTime(r.effective_from) ? parseTime(r.effective_from) : null
@@ -297,16 +350,16 @@ export function validateRule(r: RuleInput): Violation[] {
   if (from && to && to.getTime() <= from.getTime()) {
     out.push(v('effective_to', 'empty_interval', 'effective_to must be after effective_from'))
   }
-  if (!(RULE_ACTIONS as readonly string[]).includes(r.action)) {
+  if (r.action !== undefined && !(RULE_ACTIONS as readonly string[]).includes(r.action)) {
     out.push(v('action', 'invalid_action', `action must be one of ${RULE_ACTIONS.join(', ')}`))
   }
   if (r.action === 'throttle') {
     const d = r.throttle_max_delay_ms
-    if (d === undefined) out.push(v('throttle_max_delay_ms', 'required', 'throttle_max_delay_ms is required with action throttle'))
+    if (d === undefined || d === null) out.push(v('throttle_max_delay_ms', 'required', 'throttle_max_delay_ms is required with action throttle'))
     else if (!inRange(d, 1, MAX_THROTTLE_DELAY_MS)) {
       out.push(v('throttle_max_delay_ms', 'invalid_throttle_delay', `throttle_max_delay_ms must be from 1 to ${MAX_THROTTLE_DELAY_MS}`))
     }
-  } else if (r.throttle_max_delay_ms !== undefined) {
+  } else if (r.throttle_max_delay_ms !== undefined && r.throttle_max_delay_ms !== null) {
     out.push(v('throttle_max_delay_ms', 'throttle_delay_not_allowed', 'throttle_max_delay_ms applies to action throttle only'))
   }
   out.push(...validateMatch(r))

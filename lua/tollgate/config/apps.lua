@@ -1,0 +1,223 @@
+-- The gateway's settings (read through tollgate.settings) and the cache of app configs:
+-- Redis `ratelimit:apps` -> config_dict (shared by workers) -> a
+-- per-worker table of parsed configs keyed by config version.
+local cjson = require("cjson.safe")
+local keys = require("tollgate.keys")
+local rules_parse = require("tollgate.rules.parse")
+local breaker_config = require("tollgate.breaker.config")
+local hashload = require("tollgate.config.hashload")
+local genpage = require("tollgate.config.genpage")
+local settings = require("tollgate.settings")
+
+local tonumber = tonumber
+local type = type
+local floor = math.floor
+
+local _M = {}
+
+local cdict = ngx.shared.config_dict
+
+--- The gateway's settings (tollgate.settings: init() options over TOLLGATE_* variables over
+-- defaults); error() naming every bad setting.
+function _M.settings(opts)
+    return settings.get(opts)
+end
+
+-- Parse and check one app config (JSON from ratelimit:apps). Returns table or nil, err.
+local function parse_app(id, json)
+    local c, err = cjson.decode(json)
+    if type(c) ~= "table" then
+        return nil, "bad json: " .. tostring(err)
+    end
+    local cluster = c.cluster_id
+    if not keys.valid_id(cluster) then
+        return nil, "invalid cluster_id"
+    end
+    local c_bw = c.c_bw == nil and 1 or c.c_bw
+    if type(c_bw) ~= "number" or c_bw < 0 or c_bw ~= floor(c_bw) then
+        return nil, "invalid c_bw"
+    end
+    local g, b = c.guaranteed_quota, c.burst_quota
+    if type(g) ~= "number" or type(b) ~= "number" or g <= 0 or b < g then
+        return nil, "invalid quotas"
+    end
+    local prio = c.priority
+    if type(prio) ~= "number" or prio < 0 or prio > 3 then
+        return nil, "invalid priority"
+    end
+    return {
+        id = id,
+        cluster = cluster,
+        c_bw = c_bw,
+        guaranteed = g,
+        burst = b,
+        priority = prio,
+        enabled = c.enabled ~= false,
+        -- Redis keys of this app (built once per config version, not per request)
+        k_l2 = keys.l2(cluster, id),
+        k_leases = keys.leases(cluster, id),
+        k_stats = keys.stats(cluster, id),
+        k_nodes = keys.nodes(cluster, id),
+        k_l1 = keys.l1(cluster),
+        k_em = "em:" .. cluster,    -- emergency state of the cluster in the ratelimit dict
+    }
+end
+_M.parse_app = parse_app
+
+-- per-worker cache, invalidated by the generation bumped on every reload
+local cache = {}
+local cache_n = 0
+local cache_version = nil
+local CACHE_MAX = 20000
+local on_generation = {}    -- functions(generation) of per-worker state compiled from config
+local gpage                 -- the generation's mirror (tollgate.config.genpage), nil without one
+local NONE = genpage.NONE
+
+local function get_generation()
+    return cdict:get("generation")
+end
+
+--- Map the page that mirrors the generation. Only in the init phase (the master, whose workers
+-- inherit it); elsewhere a no-op that returns nil. Returns nil, err when mapping failed.
+function _M.share_generation()
+    if ngx.get_phase() ~= "init" then
+        return nil
+    end
+    local p, err = genpage.create(cdict)
+    gpage = p
+    return p, err
+end
+
+--- Make the mirror show the dict's generation (worker start; then once a second, for a writer
+-- that died between moving the generation and publishing it).
+function _M.publish_generation(always)
+    if always then
+        genpage.publish(gpage, get_generation)
+    else
+        genpage.check(gpage, get_generation)
+    end
+end
+
+--- Call fn(generation) whenever this worker starts using a new config generation (on the
+-- request path, before the request that noticed it is served).
+function _M.on_generation(fn)
+    on_generation[#on_generation + 1] = fn
+end
+
+--- The parsed config of app `id` if this worker has it at hand (the hot path's first try: a
+-- hit needs no id validation, since only valid ids are ever cached as known apps).
+function _M.cached(id)
+    if gpage then
+        if gpage[0] ~= (cache_version or NONE) then
+            return nil
+        end
+    elseif get_generation() ~= cache_version then
+        return nil
+    end
+    return cache[id] or nil
+end
+
+--- Bring this worker's per-generation caches up to the current config generation (the request
+-- path does it through cached() and app()). Returns the generation, nil when no config was
+-- ever loaded.
+function _M.refresh()
+    local v = get_generation()
+    if v ~= nil and v ~= cache_version then
+        cache = {}
+        cache_n = 0
+        cache_version = v
+        for i = 1, #on_generation do
+            on_generation[i](v)
+        end
+    end
+    return v
+end
+
+--- The config of app `id`, false when unknown, nil when no config was ever loaded.
+function _M.app(id)
+    if _M.refresh() == nil then
+        return nil
+    end
+    local a = cache[id]
+    if a ~= nil then
+        return a
+    end
+    local s = cdict:get("app:" .. id)
+    if s then
+        a = parse_app(id, s) or false
+    else
+        a = false
+    end
+    if cache_n >= CACHE_MAX then
+        cache = {}
+        cache_n = 0
+    end
+    cache[id] = a
+    cache_n = cache_n + 1
+    return a
+end
+
+function _M.version()
+    return cdict:get("version")
+end
+
+--- All known app ids (per worker, rebuilt when the version changes).
+local ids_cache, ids_version = {}, nil
+function _M.app_ids()
+    local v = get_generation()
+    if v ~= ids_version then
+        local ids = {}
+        for _, k in ipairs(cdict:get_keys(0)) do
+            if k:sub(1, 4) == "app:" then
+                ids[#ids + 1] = k:sub(5)
+            end
+        end
+        ids_cache, ids_version = ids, v
+    end
+    return ids_cache
+end
+
+--- Load every app config from Redis (HSCAN, never KEYS) into config_dict.
+-- An entry that does not parse keeps the last good config of that app and counts an error.
+function _M.reload(red)
+    local version, err = red:get(keys.config_version())
+    if err then
+        return nil, err
+    end
+    version = tonumber(version) or 0
+    local bad, serr = hashload.into_dict(red, keys.apps_index(), cdict, "app:", "config for app",
+        parse_app)
+    if not bad then
+        return nil, serr
+    end
+    local rbad, rerr = rules_parse.load(red, cdict)
+    if not rbad then
+        return nil, rerr
+    end
+    bad = bad + rbad
+    local bbad, berr = breaker_config.reload(red, cdict)
+    if not bbad then
+        return nil, berr
+    end
+    bad = bad + bbad
+    if bad > 0 then
+        cdict:incr("errors", bad, 0)
+    end
+    -- a strictly new value tells every worker to drop its parsed cache
+    cdict:set("version", version)
+    cdict:incr("generation", 1, 0)
+    genpage.publish(gpage, get_generation)
+    return version
+end
+
+--- Tell every worker that state compiled from config_dict or connlimit_dict is stale (no-op
+-- while no config was ever loaded: nothing is compiled then).
+function _M.bump()
+    if cdict:incr("generation", 1) then
+        genpage.publish(gpage, get_generation)
+    end
+end
+
+_M.generation = get_generation
+
+return _M

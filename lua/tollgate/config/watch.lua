@@ -1,0 +1,143 @@
+-- Config watch (worker 0): apply a new config version at once on a pub/sub notice, and poll
+-- the version so that a missed notice converges within one poll interval (DESIGN §8).
+-- Also announces this node in `ratelimit:gateways` (id, last report, config version).
+local config = require("tollgate.config.apps")
+local emergency = require("tollgate.lease.emergency")
+local deg = require("tollgate.redis.degradation")
+local metrics = require("tollgate.metrics")
+local connlimit = require("tollgate.conn.limiter")
+local breaker = require("tollgate.breaker.breaker")
+local keys = require("tollgate.keys")
+local cjson = require("cjson.safe")
+
+local log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local now = ngx.now
+
+local _M = {}
+
+local S, R
+local last_announce = 0
+
+function _M.init(settings, client)
+    S, R = settings, client
+end
+
+local function reload(reason)
+    local v, err = R:with(S.bg_timeout_ms, function(red)
+        return config.reload(red)
+    end)
+    if not v then
+        log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
+        return nil, err
+    end
+    log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
+    connlimit.refresh(reason)       -- connection limits ride on the same notice
+    return v
+end
+_M.reload = reload
+
+local function poll(premature)
+    if premature then
+        return
+    end
+    local v, err = R:with(S.bg_timeout_ms, function(red)
+        local ver, gerr = red:get(keys.config_version())
+        if gerr then
+            return nil, gerr
+        end
+        local t = now()
+        -- timers fire a little late, never early: a report interval equal to the poll interval
+        -- must not skip every other poll
+        if t - last_announce >= S.report_interval - 0.01 then
+            last_announce = t
+            metrics.flush()
+            local requests, blocked, apps = metrics.node_totals()
+            local breakers = breaker.report()
+            local leaked, cleanup_run = connlimit.leak_stats()
+            local ok, herr = red:hset(keys.gateways(), S.node_id, cjson.encode({
+                node_id = S.node_id,
+                last_seen = math.floor(t),
+                config_version = config.version(),
+                mode = S.mode,
+                degradation_level = deg.level(),
+                redis_latency_ms = deg.latency() * 1000,
+                l3_hit_ratio = metrics.hit_ratio(),
+                requests_total = requests,
+                blocked_total = blocked,
+                apps = next(apps) and apps or cjson.empty_table,
+                breakers = next(breakers) and breakers or cjson.empty_table,
+                conn_leaked_total = leaked,
+                conn_cleanup_last_run = cleanup_run,
+            }))
+            if not ok then
+                return nil, herr    -- e.g. READONLY: the connection must not be pooled
+            end
+        end
+        local ok, eerr = emergency.refresh(red)
+        if not ok then
+            return nil, eerr
+        end
+        return ver
+    end)
+    if err then
+        return
+    end
+    local current = config.version()
+    if current == nil or tonumber(v) ~= current then
+        reload("poll")
+    end
+end
+
+-- Long-lived subscriber; reconnects after errors.
+local function subscriber(premature)
+    if premature then
+        return
+    end
+    while not ngx.worker.exiting() do
+        local red, err = R:connect(S.bg_timeout_ms)
+        if red then
+            red:set_timeout(5000)
+            local ok, serr = red:subscribe(keys.config_channel(), keys.emergency_channel())
+            if ok then
+                reload("subscribe")
+                while not ngx.worker.exiting() do
+                    local msg, rerr = red:read_reply()
+                    if msg then
+                        if msg[1] == "message" and msg[2] == keys.emergency_channel() then
+                            emergency.notice(msg[3])
+                        elseif msg[1] == "message" then
+                            reload("notice")
+                        end
+                    elseif rerr ~= "timeout" then
+                        err = rerr
+                        break
+                    end
+                end
+            else
+                err = serr
+            end
+            red:close()
+        end
+        if not ngx.worker.exiting() then
+            log(WARN, "tollgate: config subscriber reconnecting: ", err)
+            ngx.sleep(1)
+        end
+    end
+end
+
+function _M.start()
+    local ok, err = ngx.timer.at(0, poll)
+    if ok then
+        ok, err = ngx.timer.every(S.config_poll, poll)
+    end
+    if ok then
+        ok, err = ngx.timer.at(0, subscriber)
+    end
+    if not ok then
+        log(ERR, "tollgate: cannot start config watch: ", err)
+    end
+end
+
+return _M

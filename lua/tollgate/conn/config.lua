@@ -1,0 +1,205 @@
+-- Limits of the connection limiter (Req 20): its settings (tollgate.settings), and the per-app
+-- and per-cluster limits read from Redis (connlimit:{c}:config:<app> max_connections,
+-- burst_connections; connlimit:{c}:cluster max_connections, reserved_ratio). The limits live in
+-- connlimit_dict so that every worker sees a refresh at once:
+--   lim:a:<app> = "max burst", lim:c:<cluster> = "max reserved_ratio"
+-- and each worker keeps parsed entries (with the counter key names) per config generation: a
+-- change bumps the generation of config_dict, which the request path reads anyway. Worker 0
+-- re-reads them every config TTL and on every config notice; a config that does not validate
+-- keeps the last good one, a missing one means the defaults, Redis down keeps what is known.
+local keys = require("tollgate.keys")
+local config = require("tollgate.config.apps")
+local settings = require("tollgate.settings")
+
+local dict = ngx.shared.connlimit_dict
+local log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local null = ngx.null
+local format = string.format
+local match = string.match
+local floor = math.floor
+local tonumber = tonumber
+
+local _M = {}
+
+local S            -- settings (configure)
+local R, BG_MS     -- Redis client and background timeout (init)
+local PIPELINE = 500
+
+--- The limiter's settings from the gateway's (the conn_* entries of tollgate.settings; read
+-- from the environment when not given).
+function _M.configure(s)
+    s = s or settings.get()
+    S = {
+        timeout = s.conn_timeout,
+        cleanup_interval = s.conn_cleanup_interval,
+        cleanup_batch = s.conn_cleanup_batch,
+        app_limit = s.conn_app_limit,
+        cluster_limit = s.conn_cluster_limit,
+        stats_interval = s.conn_stats_interval,
+        config_ttl = s.conn_config_ttl,
+        heartbeat = math.min(5, s.conn_timeout / 4),
+    }
+    return S
+end
+
+function _M.settings()
+    return S
+end
+
+local cache, cache_n = {}, 0
+local CACHE_MAX = 20000
+config.on_generation(function()
+    cache, cache_n = {}, 0
+end)
+
+function _M.init(client, bg_ms)
+    R, BG_MS = client, bg_ms
+end
+
+--- The limits of app `id` in `cluster` and the names of its counters, cached per config
+-- generation: on the request path config.cached() or config.app() has just brought the caches
+-- up to date; elsewhere call config.refresh() first.
+function _M.entry(id, cluster)
+    local e = cache[id]
+    if e and e.cluster == cluster then
+        return e
+    end
+    local max, burst = match(dict:get("lim:a:" .. id) or "", "^(%d+) (%d+)$")
+    local cmax, ratio = match(dict:get("lim:c:" .. cluster) or "", "^(%d+) (%S+)$")
+    max = tonumber(max) or S.app_limit
+    cmax = tonumber(cmax) or S.cluster_limit
+    local labels = format('app_id="%s",cluster_id="%s"', id, cluster)
+    e = {
+        id = id, cluster = cluster,
+        max = max, burst = tonumber(burst) or max, cmax = cmax,
+        headroom = floor(cmax * (1 - (tonumber(ratio) or 0.1))),
+        akey = "ca:" .. id, ckey = "cc:" .. cluster,           -- in flight
+        pkey = "pa:" .. id, pckey = "pc:" .. cluster,          -- peaks
+        rkey = "ra:" .. id, rckey = "rc:" .. cluster,          -- rejected
+        peak = 0, cpeak = 0,            -- lower bounds of the shared peaks seen by this worker
+        s_app = "connlimit_rejected_total{" .. labels .. ',reason="app_limit_exceeded"}',
+        s_cluster = "connlimit_rejected_total{" .. labels .. ',reason="cluster_limit_exceeded"}',
+    }
+    if cache_n >= CACHE_MAX then
+        cache, cache_n = {}, 0
+    end
+    cache[id] = e
+    cache_n = cache_n + 1
+    return e
+end
+
+local bump = config.bump
+
+--- Set (or with max nil, clear) the limits of app `id`; validated like a config from Redis.
+function _M.set_app_limits(id, max, burst, no_bump)
+    if max == nil then
+        dict:delete("lim:a:" .. id)
+    else
+        burst = burst or max
+        if max < 1 or max ~= floor(max) or burst < max or burst ~= floor(burst) then
+            return nil, "max_connections must be an integer > 0, burst_connections >= it"
+        end
+        dict:set("lim:a:" .. id, format("%d %d", max, burst))
+    end
+    if not no_bump then
+        bump()
+    end
+    return true
+end
+
+--- Set (or with max nil, clear) the limit of a cluster and the share burst may not use.
+function _M.set_cluster_limits(cluster, max, ratio, no_bump)
+    if max == nil then
+        dict:delete("lim:c:" .. cluster)
+    else
+        ratio = ratio or 0.1
+        if max < 1 or max ~= floor(max) or ratio < 0 or ratio >= 1 then
+            return nil, "max_connections must be an integer > 0, reserved_ratio in [0, 1)"
+        end
+        dict:set("lim:c:" .. cluster, format("%d %s", max, ratio))
+    end
+    if not no_bump then
+        bump()
+    end
+    return true
+end
+
+local function field(v)
+    if v == null or v == nil then
+        return nil
+    end
+    return tonumber(v) or -1        -- not a number: fails validation
+end
+
+-- Apply one HMGET reply; a config that does not validate keeps the last good one.
+local function apply(set, id, reply, what)
+    local ok, err
+    if type(reply) ~= "table" or reply[1] == false then
+        ok, err = nil, tostring(reply and reply[2])
+    elseif field(reply[1]) == nil and field(reply[2]) ~= nil then
+        ok, err = nil, "max_connections is missing"
+    else
+        ok, err = set(id, field(reply[1]), field(reply[2]), true)
+    end
+    if not ok then
+        log(ERR, "tollgate: bad connection config of ", what, " ", id, " (", err,
+            "), keeping the last good one")
+        ngx.shared.config_dict:incr("errors", 1, 0)
+    end
+end
+
+--- Re-read the limits of every known app and its cluster from Redis (worker 0).
+function _M.refresh(reason)
+    local apps, clusters, seen = {}, {}, {}
+    for _, id in ipairs(config.app_ids()) do
+        local a = config.app(id)
+        if a then
+            apps[#apps + 1] = a
+            if not seen[a.cluster] then
+                seen[a.cluster] = true
+                clusters[#clusters + 1] = a.cluster
+            end
+        end
+    end
+    local cmds = {}
+    for _, a in ipairs(apps) do
+        cmds[#cmds + 1] = { keys.conn_config(a.cluster, a.id), "max_connections",
+                            "burst_connections" }
+    end
+    for _, c in ipairs(clusters) do
+        cmds[#cmds + 1] = { keys.conn_cluster(c), "max_connections", "reserved_ratio" }
+    end
+    local res, err = R:with(BG_MS, function(red)
+        local out = {}
+        for i = 1, #cmds, PIPELINE do
+            red:init_pipeline()
+            for j = i, math.min(i + PIPELINE - 1, #cmds) do
+                red:hmget(cmds[j][1], cmds[j][2], cmds[j][3])
+            end
+            local r, perr = red:commit_pipeline()
+            if not r then
+                return nil, perr
+            end
+            for j = 1, #r do
+                out[#out + 1] = r[j]
+            end
+        end
+        return out
+    end)
+    if not res then
+        log(WARN, "tollgate: connection limits not refreshed (", reason, "): ", err)
+        return nil, err
+    end
+    for i, a in ipairs(apps) do
+        apply(_M.set_app_limits, a.id, res[i], "app")
+    end
+    for i, c in ipairs(clusters) do
+        apply(_M.set_cluster_limits, c, res[#apps + i], "cluster")
+    end
+    bump()
+    return true
+end
+
+return _M

@@ -1,0 +1,298 @@
+-- Connection limiter (Req 17-19, DESIGN §6): requests in flight per app and per storage
+-- cluster, checked before the token bucket and released in the log phase.
+-- In-flight counts move only by atomic increments (tollgate.counters: connlimit_dict:incr, or
+-- with TOLLGATE_SHARED_COUNTERS=on an atomic add in the master-mapped area),
+-- increment-then-check with undo, so two workers can never both take the last slot. Limits:
+-- tollgate.conn.config; tracking records, heartbeat and leak cleanup:
+-- tollgate.conn.track.
+-- An app may use burst_connections beyond max_connections only while its cluster has headroom:
+-- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
+-- connlimit_dict counters: ca:<app> / cc:<cluster> in flight, pa: / pc: peaks (pa:<app>:<n>
+-- markers), ra: / rc: rejected, la:<app> force-released, th:<app> above 90 % since the last
+-- threshold_exceeded event; node totals leaked_total and cleanup_last_run (Unix s).
+local keys = require("tollgate.keys")
+local rredis = require("tollgate.redis.client")
+local config = require("tollgate.config.apps")
+local metrics = require("tollgate.metrics")
+local response = require("tollgate.request.response")
+local limits = require("tollgate.conn.config")
+local track = require("tollgate.conn.track")
+local events = require("tollgate.events")
+local counters = require("tollgate.counters")
+
+local dict = ngx.shared.connlimit_dict
+local ctr = counters.of("connlimit_dict")   -- the in-flight counts ca:<app>, cc:<cluster>
+local var = ngx.var
+local now = ngx.now
+local log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local format = string.format
+local floor = math.floor
+local numvar = require("tollgate.request.numvar")
+
+local _M = {
+    configure = limits.configure,
+    settings = limits.settings,
+    set_app_limits = limits.set_app_limits,
+    set_cluster_limits = limits.set_cluster_limits,
+    refresh = limits.refresh,
+}
+
+local entry = limits.entry
+local R, BG_MS, NODE
+local STATS_TTL = 300
+
+-- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
+-- up to the peak was returned by some incr: whoever first adds the marker of a value raises
+-- the peak by one, which keeps the shared peak exact and monotonic without a lock.
+local function raise_peak(pkey, v, known)
+    if v <= known then
+        return known
+    end
+    for m = (dict:get(pkey) or 0) + 1, v do
+        if dict:add(pkey .. ":" .. m, true, 60) then
+            dict:incr(pkey, 1, 0)
+        end
+    end
+    return v
+end
+
+-- X-Connection-* headers: nginx variables that the location snippet's add_header lines emit
+-- (setting a variable costs a fraction of creating a response header from Lua)
+local function set_headers(limit, current)
+    numvar.set("tg_cl", limit)
+    numvar.set("tg_cc", current)
+    numvar.set("tg_cr", current < limit and limit - current or 0)
+end
+
+-- current: the count this request saw without itself, capped at what can really be in flight
+-- (concurrent refused requests may still hold an increment they are about to undo)
+local function reject(e, reason, limit, current)
+    dict:incr(e.rkey, 1, 0)
+    dict:incr(e.rckey, 1, 0)
+    metrics.inc(reason == "app_limit_exceeded" and e.s_app or e.s_cluster)
+    set_headers(limit, current)
+    return false, reason, limit, current
+end
+
+-- threshold_exceeded, once per upward crossing of 90 % of the app's limit: counts move by one,
+-- so exactly one acquire sees each value; the th:<app> marker (removed when the count falls
+-- back below 80 %) keeps a count that hovers around 90 % from firing again and again
+local function crossed(e, v)
+    if not dict:add("th:" .. e.id, true) then
+        return
+    end
+    events.emit({
+        event_type = "threshold_exceeded", severity = "warning", app_id = e.id,
+        rule_type = "connection", limit_value = e.max, current_usage = v,
+        reason = "connections_high",
+    })
+end
+
+--- Take a slot for app `a` ({id, cluster}); on success ctx remembers it for release().
+-- Returns true, or false and `app_limit_exceeded` / `cluster_limit_exceeded`.
+function _M.acquire(a, ctx)
+    local e = entry(a.id, a.cluster)
+    local v, err = ctr:incr(e.akey, 1, 0)
+    if not v then
+        log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
+        return true
+    end
+    if v > e.burst then
+        ctr:incr(e.akey, -1)
+        return reject(e, "app_limit_exceeded", e.max, e.burst)
+    end
+    local c
+    c, err = ctr:incr(e.ckey, 1, 0)
+    if not c then
+        ctr:incr(e.akey, -1)
+        log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
+        return true
+    end
+    if v > e.max and c > e.headroom then
+        ctr:incr(e.ckey, -1)
+        ctr:incr(e.akey, -1)
+        return reject(e, "app_limit_exceeded", e.max, v - 1)
+    end
+    if c > e.cmax then
+        ctr:incr(e.ckey, -1)
+        ctr:incr(e.akey, -1)
+        return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
+    end
+    local tag = e.tag
+    if tag == nil then
+        tag = track.tag(a.id, a.cluster) or false
+        e.tag = tag
+    end
+    local n, rid = track.open(a.id, a.cluster, var.remote_addr, tag or nil)
+    if not n then
+        ctr:incr(e.ckey, -1)
+        ctr:incr(e.akey, -1)
+        log(ERR, "tollgate: connlimit_dict: ", rid, "; request admitted without a slot")
+        return true
+    end
+    ctx.tg_conn, ctx.tg_conn_rid, ctx.tg_conn_e = n, rid, e
+    if v * 10 >= e.max * 9 and (v - 1) * 10 < e.max * 9 then
+        crossed(e, v)
+    end
+    e.peak = raise_peak(e.pkey, v, e.peak)
+    e.cpeak = raise_peak(e.pckey, c, e.cpeak)
+    set_headers(e.max, v)
+    return true
+end
+
+--- Release the slot ctx holds (log phase; any later call is a no-op). True if this call did.
+function _M.release(ctx)
+    local n = ctx.tg_conn
+    if not n then
+        return false
+    end
+    ctx.tg_conn = nil
+    local won, held = track.close(n, ctx.tg_conn_rid)
+    if not won then
+        return false
+    end
+    local e = ctx.tg_conn_e
+    -- in the reverse order of acquire: a release in progress never makes the cluster look
+    -- fuller than the apps in it, which would refuse other apps
+    local c = ctr:incr(e.ckey, -1)
+    local v = ctr:incr(e.akey, -1)
+    if (v and v < 0) or (c and c < 0) then
+        log(ERR, "tollgate: connection counter of ", e.id, "/", e.cluster, " below zero")
+    end
+    if v and v * 10 < e.max * 8 and (v + 1) * 10 >= e.max * 8 then
+        dict:delete("th:" .. e.id)     -- fell below 80 %: the next crossing of 90 % is news
+    end
+    metrics.conn_duration(held)
+    return true
+end
+
+--- The 429 of a connection-limit rejection (headers were set by acquire).
+function _M.refuse(reason)
+    return response.too_many(reason, 0, 1, { remaining = 0 })
+end
+
+-- A slot the cleanup force-released (its request's worker is gone).
+local function leaked(app, cluster)
+    ctr:incr("cc:" .. cluster, -1)
+    ctr:incr("ca:" .. app, -1)
+    dict:incr("la:" .. app, 1, 0)
+    dict:incr("leaked_total", 1, 0)
+    metrics.inc(format('connlimit_leaked_total{app_id="%s",cluster_id="%s"}', app, cluster))
+end
+
+--- Counters and limits of app `id` in `cluster` on this node.
+function _M.state(id, cluster)
+    config.refresh()
+    local e = entry(id, cluster)
+    return {
+        app_current = ctr:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
+        app_rejected = dict:get(e.rkey) or 0, app_leaked = dict:get("la:" .. id) or 0,
+        cluster_current = ctr:get(e.ckey) or 0, cluster_peak = dict:get(e.pckey) or 0,
+        cluster_rejected = dict:get(e.rckey) or 0,
+        max = e.max, burst = e.burst, cluster_max = e.cmax, headroom = e.headroom,
+    }
+end
+
+--- One leak cleanup run (track.cleanup), remembered as the node's last run.
+function _M.cleanup(budget)
+    local leaked_n, work = track.cleanup(budget)
+    dict:set("cleanup_last_run", floor(now()))
+    return leaked_n, work
+end
+
+--- Node report: slots force-released since the node started, Unix time of the last cleanup.
+function _M.leak_stats()
+    return dict:get("leaked_total") or 0, dict:get("cleanup_last_run") or 0
+end
+
+-- Timers -------------------------------------------------------------------------------
+
+-- Node statistics (Req 19.6): connlimit:{c}:stats:<app>:node:<node>, for the control plane
+-- to aggregate across nodes.
+local function report()
+    local rows = {}
+    for _, id in ipairs(config.app_ids()) do
+        local a = config.app(id)
+        local cur = a and ctr:get("ca:" .. id)
+        if cur then
+            rows[#rows + 1] = { keys.conn_node_stats(a.cluster, id, NODE), cur,
+                                dict:get("pa:" .. id) or 0, dict:get("ra:" .. id) or 0 }
+        end
+    end
+    if #rows == 0 then
+        return
+    end
+    local t = floor(now())
+    local ok, err = R:with(BG_MS, function(red)
+        red:init_pipeline()
+        for _, r in ipairs(rows) do
+            red:hset(r[1], "current", r[2], "peak", r[3], "rejected", r[4], "last_seen", t)
+            red:expire(r[1], STATS_TTL)
+        end
+        local res, perr = red:commit_pipeline()
+        if not res then
+            return nil, perr
+        end
+        local cerr = rredis.pipeline_error(res)
+        if cerr then
+            return nil, cerr    -- e.g. READONLY: with() must close this connection
+        end
+        return res
+    end)
+    if not ok then
+        log(WARN, "tollgate: connection stats not reported: ", err)
+    end
+end
+
+-- /metrics gauges, read at scrape time.
+local function gauges(g)
+    local clusters = {}
+    for _, id in ipairs(config.app_ids()) do
+        local a = config.app(id)
+        local cur = a and ctr:get("ca:" .. id)
+        if cur then
+            local l = format('{app_id="%s",cluster_id="%s"}', id, a.cluster)
+            g["connlimit_active_connections" .. l] = cur
+            g["connlimit_peak_connections" .. l] = dict:get("pa:" .. id) or 0
+            clusters[a.cluster] = true
+        end
+    end
+    for c in pairs(clusters) do
+        local l = format('{cluster_id="%s"}', c)
+        g["connlimit_cluster_active_connections" .. l] = ctr:get("cc:" .. c) or 0
+        g["connlimit_cluster_peak_connections" .. l] = dict:get("pc:" .. c) or 0
+    end
+end
+
+local function every(interval, fn)
+    local ok, err = ngx.timer.every(interval, function(premature)
+        if not premature then
+            fn()
+        end
+    end)
+    if not ok then
+        log(ERR, "tollgate: connlimit: cannot start timer: ", err)
+    end
+end
+
+--- init_worker: tracking generation, heartbeat; on worker 0 cleanup, stats, limit refresh.
+function _M.start(settings, client)
+    local S = limits.settings() or limits.configure()
+    R, BG_MS, NODE = client, settings.bg_timeout_ms, settings.node_id
+    limits.init(client, BG_MS)
+    track.init(S, leaked)
+    metrics.add_gauges(gauges)
+    every(S.heartbeat, track.heartbeat)
+    if ngx.worker.id() == 0 then
+        dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now
+        every(S.cleanup_interval, function() _M.cleanup() end)
+        every(S.stats_interval, report)
+        every(S.config_ttl, function() _M.refresh("ttl") end)
+    end
+end
+
+_M.report = report
+
+return _M

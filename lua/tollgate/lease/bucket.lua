@@ -1,0 +1,361 @@
+-- L3: this node's lease of an app's tokens (Req 2, 13; Properties 2, 8, 10, 12).
+-- Hot path: one atomic decrement of the lease plus two counters, all in the shared dict.
+-- Redis is reached only when the lease is empty (synchronously, under the operation timeout)
+-- or below 20 % of the reserve target (asynchronously, single-flight per app and node).
+local shm = require("tollgate.shm")
+local scripts = require("tollgate.redis.scripts")
+local metrics = require("tollgate.metrics")
+local deg = require("tollgate.redis.degradation")
+
+local dict = shm.dict
+local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
+local K = shm.keys
+local take = shm.take
+local add_pending = shm.add_pending
+local now = ngx.now
+local timer_at = ngx.timer.at
+local log = ngx.log
+local ERR = ngx.ERR
+local WARN = ngx.WARN
+local format = string.format
+local floor = math.floor
+local random = math.random
+
+local _M = {}
+
+local S, R, SC -- settings, redis client, scripts (set by init)
+local sync     -- tollgate.lease.sync, set by init (it requires nothing of this module)
+
+function _M.init(settings, client, script_set, sync_module)
+    S, R, SC, sync = settings, client, script_set, sync_module
+end
+
+local function count_error(err)
+    metrics.inc(deg.is_open() and 'ratelimit_redis_errors_total{kind="unavailable"}'
+        or 'ratelimit_redis_errors_total{kind="reply"}')
+    return err
+end
+
+-- L2 grant for app `a`: returns the script reply table, or nil, err.
+local function run_grant(red, a, want, min)
+    return scripts.run(red, SC.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1, S.node_id,
+        format("%d", want), format("%d", min))
+end
+
+local function grant(a, want, min, timeout_ms)
+    metrics.inc('ratelimit_redis_calls_total{op="grant"}')
+    return R:with(timeout_ms, run_grant, a, want, min)  -- no closure per call
+end
+_M.grant = grant
+
+-- Pay local debt first, then add the rest of a grant to the lease; returns the tokens added.
+local function credit(k, granted)
+    local pay = take(k.debt, granted, dict)
+    local rest = granted - pay
+    if rest > 0 then
+        ctr:incr(k.tokens, rest, 0)
+    end
+    return rest
+end
+
+-- The reserve target: worker 0's adaptive value, or before its first tick the level's minimum
+-- capped at a fair share of the burst (as sync.target() caps it), so a fresh node never asks
+-- for more than its share.
+local function target_of(a, k)
+    local t = dict:get(k.target)
+    if t then
+        return t
+    end
+    local nodes = dict:get(k.nodes) or 1
+    local share = a.burst / (2 * (nodes > 0 and nodes or 1))
+    t = deg.reserve_min()
+    return t < share and t or floor(share)
+end
+
+-- The target as the hit path sees it: read at most every 100 ms per worker (worker 0 changes it
+-- once per sync interval, 100 ms by default) and kept on the app's config table, so that a hit
+-- does not pay a shared-dict read only to learn that no refill is due. A refill timer and every
+-- grant read the target itself.
+local TARGET_TTL = 0.1
+
+local function hit_target(a, k)
+    local t = now()
+    if t < (a.l3_target_until or 0) then
+        return a.l3_target
+    end
+    local v = target_of(a, k)
+    a.l3_target, a.l3_target_until = v, t + TARGET_TTL
+    return v
+end
+
+-- Remember what a grant said about L2: scarcity and the number of active nodes.
+local function note_grant(k, res, want)
+    if res[1] < want then
+        dict:set(k.scarce, true, 2)
+    end
+    dict:set(k.nodes, res[6], 10)
+end
+
+local function refill_timer(premature, a)
+    local k = K(a.id)
+    if premature then
+        dict:delete(k.refill_lock)
+        return
+    end
+    local tokens = ctr:get(k.tokens) or 0
+    local want = floor(target_of(a, k) - tokens + (dict:get(k.debt) or 0))
+    if want > 0 then
+        local res, err = grant(a, want, 1, S.bg_timeout_ms)
+        if res then
+            if res[1] > 0 then
+                credit(k, res[1])
+            end
+            note_grant(k, res, want)
+        else
+            count_error(err)
+            log(WARN, "tollgate: async refill of ", a.id, " failed: ", err)
+        end
+    end
+    dict:delete(k.refill_lock)
+end
+
+--- Start an asynchronous refill of app `a` unless one is already running on this node.
+function _M.trigger_refill(a, k)
+    if not deg.allow_background() or not dict:add(k.refill_lock, true, 5) then
+        return
+    end
+    local ok, err = timer_at(0, refill_timer, a)
+    if not ok then
+        dict:delete(k.refill_lock)
+        log(ERR, "tollgate: cannot start refill timer: ", err)
+    end
+end
+
+-- Admit `cost` from the fail-open budget (fail_open_rate tokens per second per app per node).
+local function fail_open(a, k, cost)
+    local sec_key = k.fail_open .. ":" .. floor(now())
+    local v = dict:incr(sec_key, cost, 0, 2)
+    if v and v <= S.fail_open_rate then
+        dict:incr(k.fail_open, cost, 0)
+        metrics.inc('ratelimit_fail_open_total{app_id="' .. a.id .. '"}')
+        return true, S.fail_open_rate - v, "fail_open"
+    end
+    if v then
+        dict:incr(sec_key, -cost)
+    end
+    return false, "fail_open_exhausted", { retry_after = 1 - (now() % 1), remaining = 0 }
+end
+_M.fail_open = fail_open
+
+-- Seconds until L2 can cover `deficit` at `rate` tokens/s.
+local function wait_for(deficit, rate)
+    if deficit <= 0 then
+        return 0
+    end
+    if rate <= 0 then
+        return 60
+    end
+    return deficit / rate
+end
+
+local function exhausted(k, res, need)
+    local rate = res[3] / 1000
+    local secs = wait_for(need - res[2], rate)
+    local reset = now() + secs
+    local ttl = secs
+    if ttl < S.neg_cache_min then
+        ttl = S.neg_cache_min
+    elseif ttl > S.neg_cache_max then
+        ttl = S.neg_cache_max
+    end
+    dict:set(k.neg, reset, ttl)
+    local reason = res[5]
+    if reason == "ok" then
+        reason = "app_exhausted" -- granted less than this request needs
+    end
+    dict:set(k.neg_reason, reason, ttl)
+    return false, reason, { reset = reset, remaining = 0 }
+end
+
+local function admit(k, cost, v)
+    return v, add_pending(k, cost, 1)
+end
+
+-- Take `cost` from the lease, waiting (a few ms at most) for an asynchronous refill of this
+-- node that is still on its way (at most 10 ms: within the timeout budget's 20 ms margin).
+local function lease_after_refill(k, cost)
+    for _ = 1, 5 do
+        local ok, v = shm.take_all_or_nothing(k.tokens, cost)
+        if ok or not dict:get(k.refill_lock) then
+            return ok, v
+        end
+        ngx.sleep(0.002)
+    end
+    return shm.take_all_or_nothing(k.tokens, cost)
+end
+
+-- The lease is empty: ask L2 for this request plus a reserve, under the operation timeout.
+local function slow_acquire(a, k, cost)
+    local reset = dict:get(k.neg)
+    if reset then
+        return false, dict:get(k.neg_reason) or "app_exhausted", { reset = reset, remaining = 0 }
+    end
+    if not deg.allow_request() then
+        return fail_open(a, k, cost)
+    end
+    local debt = dict:get(k.debt) or 0
+    local need = cost + debt
+    local want = floor(need + target_of(a, k))
+    local res, err = grant(a, want, need, S.op_timeout_ms)
+    if not res then
+        count_error(err)
+        return fail_open(a, k, cost)
+    end
+    if res[5] == "unknown_app" then
+        -- the gateway knows the app but Redis lost its state: not the client's fault
+        log(ERR, "tollgate: L2 state of ", a.id, " missing in Redis, failing open")
+        return fail_open(a, k, cost)
+    end
+    if res[5] == "app_disabled" then
+        return false, "app_disabled", { remaining = 0 }
+    end
+    note_grant(k, res, want)
+    local granted = res[1]
+    if granted <= 0 then
+        -- an asynchronous refill may have taken what L2 had for this node: use it, not a 429
+        local ok, v = lease_after_refill(k, cost)
+        if ok then
+            admit(k, cost, v)
+            return true, v
+        end
+        return exhausted(k, res, need)
+    end
+    local rest = credit(k, granted)
+    if rest >= cost then
+        local v = ctr:incr(k.tokens, -cost, 0)
+        if v and v >= 0 then
+            local _, n = admit(k, cost, v)
+            if n >= S.batch_threshold then
+                sync.trigger(a)
+            end
+            return true, v
+        end
+        ctr:incr(k.tokens, cost)
+    end
+    -- concurrent requests took what we were granted: the lease is contended, try it once more
+    local ok, v = shm.take_all_or_nothing(k.tokens, cost)
+    if ok then
+        admit(k, cost, v)
+        return true, v
+    end
+    return exhausted(k, res, need)
+end
+
+-- Remote mode (benchmark baseline): one L2 call per request, no lease.
+local function remote_acquire(a, k, cost)
+    if not deg.allow_request() then
+        return fail_open(a, k, cost)
+    end
+    local res, err = grant(a, cost, cost, S.op_timeout_ms)
+    if not res then
+        count_error(err)
+        return fail_open(a, k, cost)
+    end
+    if res[1] >= cost then
+        return true, res[2]
+    end
+    return false, "app_exhausted", { reset = now() + wait_for(cost - res[2], res[3] / 1000),
+                                     remaining = res[2] }
+end
+
+--- Charge `cost` to app `a` (config table). Returns
+--   true, remaining[, "fail_open"]   admitted
+--   false, reason, info              rejected ({reset = epoch seconds, remaining = n})
+function _M.acquire(a, cost)
+    local k = K(a.id)
+    if S.mode == "remote" then
+        return remote_acquire(a, k, cost)
+    end
+    local v = ctr:incr(k.tokens, -cost, 0)
+    if v and v >= 0 then
+        metrics.hit()
+        if add_pending(k, cost, 1) >= S.batch_threshold then
+            sync.trigger(a)
+        end
+        if v < hit_target(a, k) * S.refill_threshold then
+            _M.trigger_refill(a, k)
+        end
+        return true, v
+    end
+    if v then
+        ctr:incr(k.tokens, cost)
+    end
+    metrics.miss()
+    return slow_acquire(a, k, cost)
+end
+
+--- Charge after the response (download bandwidth, chunked upload bytes). Never drives the
+-- lease negative (Property 10): what it cannot cover becomes local debt paid by the next grant.
+function _M.charge(a, amount, source)
+    if amount <= 0 then
+        return
+    end
+    local k = K(a.id)
+    if source == "fail_open" then
+        dict:incr(k.fail_open, amount, 0)
+        return
+    end
+    if S.mode == "remote" then
+        return
+    end
+    local took = take(k.tokens, amount)
+    if took < amount then
+        dict:incr(k.debt, amount - took, 0)
+    end
+    dict:incr(k.pending_cost, amount, 0)
+end
+
+--- Give `amount` back to the lease: an estimate that was too high (the request itself stays
+-- counted).
+function _M.refund(a, amount, source)
+    if amount <= 0 then
+        return
+    end
+    local k = K(a.id)
+    if source == "fail_open" then
+        dict:incr(k.fail_open, -amount, 0)
+    elseif S.mode ~= "remote" then
+        ctr:incr(k.tokens, amount, 0)
+        dict:incr(k.pending_cost, -amount, 0)
+    end
+end
+
+--- Return the charge of a cancelled request to the lease (Req 13, Property 8).
+function _M.rollback(a, cost, source)
+    local k = K(a.id)
+    if source == "fail_open" then
+        dict:incr(k.fail_open, -cost, 0)
+    elseif S.mode ~= "remote" then
+        ctr:incr(k.tokens, cost, 0)
+        add_pending(k, -cost, -1)
+    end
+    dict:incr(k.rollback_count, 1, 0)
+    metrics.inc('ratelimit_rollbacks_total{app_id="' .. a.id .. '"}')
+    log(ngx.INFO, "tollgate: rolled back ", cost, " tokens of ", a.id)
+end
+
+--- Retry-After seconds for a rejection: the real wait plus a small positive jitter.
+function _M.retry_after(info)
+    local secs = (info.reset or now()) - now()
+    if secs < 0 then
+        secs = 0
+    end
+    secs = secs * (1 + 0.1 * random()) + 0.05 * random()
+    local r = math.ceil(secs)
+    if r < 1 then
+        r = 1
+    end
+    return r
+end
+
+return _M

@@ -1,0 +1,245 @@
+-- Consumption reports and lease upkeep (Req 2.5, DESIGN §3). Worker 0 ticks every sync
+-- interval: it reports each app's pending consumption, adapts the reserve target to the app's
+-- rate on this node, and returns the tokens of idle leases to L2. Any worker reports an app
+-- early once 1000 requests are pending. A report carries (node, seq): Redis applies it at most
+-- once, and an unacknowledged report is kept and resent — never dropped.
+local shm = require("tollgate.shm")
+local scripts = require("tollgate.redis.scripts")
+local metrics = require("tollgate.metrics")
+local config = require("tollgate.config.apps")
+local deg = require("tollgate.redis.degradation")
+local emergency = require("tollgate.lease.emergency")
+
+local dict = shm.dict
+local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
+local K = shm.keys
+local now = ngx.now
+local timer_at = ngx.timer.at
+local log = ngx.log
+local WARN = ngx.WARN
+local format = string.format
+local floor = math.floor
+
+local _M = {}
+
+local S, R, SC
+local HEARTBEAT = 5        -- seconds between reports of an app with a lease but no traffic
+local EWMA = 0.3
+
+local state = {}           -- worker 0: per app {rate, last_total, last_active, last_report}
+
+function _M.init(settings, client, script_set)
+    S, R, SC = settings, client, script_set
+end
+
+local function seq_base()
+    -- sequence numbers stay increasing across restarts of the node
+    return floor(now() * 1000) * 1000
+end
+
+-- Build (or reuse) the report of app `a`. Returns the inflight string or nil if nothing to say.
+local function prepare(a, k, returned, force)
+    local inflight = dict:get(k.inflight)
+    if inflight then
+        return inflight
+    end
+    local pc, pn = shm.take_pending(k)
+    local fo = dict:get(k.fail_open) or 0
+    if pc == 0 and pn == 0 and fo == 0 and returned == 0 and not force then
+        return nil
+    end
+    if fo ~= 0 then
+        dict:incr(k.fail_open, -fo)
+    end
+    local held = (ctr:get(k.tokens) or 0) - (dict:get(k.debt) or 0)
+    local seq = dict:incr(k.seq, 1, seq_base())
+    inflight = format("%d %d %d %d %d %d", seq, pc, pn, returned, held, fo)
+    local ok, err = dict:safe_set(k.inflight, inflight)
+    if not ok then
+        log(ngx.ERR, "tollgate: cannot keep report of ", a.id, ": ", err)
+    end
+    dict:incr(k.reported, pc, 0)
+    return inflight
+end
+
+-- Send one prepared report on connection red. Returns true when Redis has it.
+local function send(red, a, k, inflight)
+    local seq, pc, pn, ret, held, fo =
+        inflight:match("^(%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)$")
+    metrics.inc('ratelimit_redis_calls_total{op="report"}')
+    local res, err = scripts.run(red, SC.l3_report, 4, a.k_l2, a.k_leases, a.k_stats, a.k_nodes,
+        S.node_id, seq, pc, pn, ret, held, fo)
+    if not res then
+        return nil, err
+    end
+    dict:delete(k.inflight)
+    if res[1] == 1 then
+        metrics.inc('ratelimit_reports_total{result="applied"}')
+    elseif res[3] == "unknown_app" then
+        metrics.inc('ratelimit_reports_total{result="unknown_app"}')
+    else
+        metrics.inc('ratelimit_reports_total{result="duplicate"}')
+    end
+    return true
+end
+
+-- Report apps (list of {a, k, inflight}) on one connection.
+local function send_all(batch)
+    if #batch == 0 then
+        return true
+    end
+    local _, err = R:with(S.bg_timeout_ms, function(red)
+        for i = 1, #batch do
+            local b = batch[i]
+            local ok, serr = send(red, b[1], b[2], b[3])
+            if not ok then
+                return nil, serr
+            end
+        end
+        return true
+    end)
+    if err then
+        metrics.inc('ratelimit_reports_total{result="failed"}')
+        log(WARN, "tollgate: consumption report failed, kept for retry: ", err)
+        return nil, err
+    end
+    return true
+end
+
+local function report_timer(premature, a)
+    local k = K(a.id)
+    if not premature then
+        local inflight = prepare(a, k, 0, false)
+        if inflight then
+            send_all({ { a, k, inflight } })
+        end
+    end
+    dict:delete(k.sync_lock)
+end
+
+--- Report app `a` now (batch threshold reached), unless a report of it is under way.
+function _M.trigger(a)
+    local k = K(a.id)
+    if not dict:add(k.sync_lock, true, 5) then
+        return
+    end
+    local ok, err = timer_at(0, report_timer, a)
+    if not ok then
+        dict:delete(k.sync_lock)
+        log(ngx.ERR, "tollgate: cannot start report timer: ", err)
+    end
+end
+
+-- Reserve target of an app on this node: ~target_horizon of its traffic, at least min_target
+-- unless L2 is scarce, and at most a fair share of the burst among the app's active nodes.
+function _M.target(rate, scarce, burst, nodes)
+    local t = rate * S.target_horizon
+    local floor_target = deg.reserve_min()
+    if not scarce and t < floor_target then
+        t = floor_target
+    end
+    local cap = burst / (2 * (nodes > 0 and nodes or 1))
+    if t > cap then
+        t = cap
+    end
+    if t > S.max_target then
+        t = S.max_target
+    end
+    if t < 1 then
+        t = 1
+    end
+    return floor(t)
+end
+
+-- Upkeep of one app in worker 0's tick; returns a batch entry if a report is due.
+local function upkeep(a, t, dt)
+    local k = K(a.id)
+    local st = state[a.id]
+    local total = (dict:get(k.reported) or 0) + shm.peek_pending(k)
+    if not st then
+        st = { rate = 0, last_total = total, last_active = t, last_report = 0 }
+        state[a.id] = st
+    end
+    local delta = total - st.last_total
+    st.last_total = total
+    if delta ~= 0 then
+        st.last_active = t
+    end
+    st.rate = st.rate + EWMA * (delta / dt - st.rate)
+    local scarce = dict:get(k.scarce) ~= nil
+    local target = _M.target(st.rate, scarce, a.burst, dict:get(k.nodes) or 1)
+    if dict:get(a.k_em) then
+        target = floor(target * emergency.ratio(a.priority))
+    end
+    dict:set(k.target, target)
+
+    if not dict:add(k.sync_lock, true, 5) then
+        return nil
+    end
+    local returned = 0
+    if not dict:get(k.inflight) and not deg.is_open() then
+        local gb = dict:get(k.give_back) or 0
+        if gb > 0 then
+            dict:incr(k.give_back, -gb)
+            returned = gb
+        end
+        local tokens = ctr:get(k.tokens) or 0
+        if tokens > 0 and t - st.last_active >= S.idle_return_after then
+            returned = returned + shm.take(k.tokens, tokens)           -- idle lease to L2
+        elseif scarce and tokens > 2 * target then
+            returned = returned + shm.take(k.tokens, tokens - target)  -- scarce app: no hoarding
+        end
+    end
+    local held = ctr:get(k.tokens) or 0
+    if returned == 0 and t - st.last_report < deg.sync_interval() - S.sync_interval / 2 then
+        dict:delete(k.sync_lock)   -- not due at this degradation level
+        return nil
+    end
+    local force = (held > 0 or returned > 0) and t - st.last_report >= HEARTBEAT
+    local inflight = prepare(a, k, returned, force)
+    if returned > 0 then
+        metrics.inc("ratelimit_returned_tokens_total", returned)
+    end
+    if not inflight then
+        dict:delete(k.sync_lock)
+        return nil
+    end
+    st.last_report = t
+    return { a, k, inflight }
+end
+
+local last_tick = nil
+
+--- One tick of worker 0: upkeep of every known app, then their reports on one connection.
+function _M.tick()
+    ngx.update_time()
+    local t = now()
+    local dt = last_tick and (t - last_tick) or S.sync_interval
+    if dt <= 0 then
+        dt = S.sync_interval
+    end
+    last_tick = t
+    local batch = {}
+    for _, id in ipairs(config.app_ids()) do
+        local a = config.app(id)
+        if a then
+            local b = upkeep(a, t, dt)
+            if b then
+                batch[#batch + 1] = b
+            end
+        end
+    end
+    if #batch > 0 and deg.allow_background() then
+        send_all(batch)
+    end
+    for i = 1, #batch do
+        dict:delete(batch[i][2].sync_lock)
+    end
+end
+
+function _M.rate(id)
+    local st = state[id]
+    return st and st.rate or 0
+end
+
+return _M

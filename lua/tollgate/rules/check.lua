@@ -1,0 +1,348 @@
+-- Rules (contract §2): per worker, the rule set of the current config generation compiled
+-- once (checked, sorted by priority then id, indexed by app and method), then checked for
+-- each request after the connection limiter and before the tiers. Without rules a request
+-- pays one comparison (the generation comes from config.on_generation, not from the dict).
+-- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
+-- rules_global); the hits/actions counters are metrics series, pushed to
+-- `ratelimit:rules:stats` by worker 0 about every second.
+local parse = require("tollgate.rules.parse")
+local algo = require("tollgate.rules.local")
+local global = require("tollgate.rules.global")
+local ipmatch = require("tollgate.request.ipmatch")
+local metrics = require("tollgate.metrics")
+local keys = require("tollgate.keys")
+local scripts = require("tollgate.redis.scripts")
+local events = require("tollgate.events")
+local config = require("tollgate.config.apps")
+local reqheaders = require("tollgate.request.headers")
+local glob_match = require("tollgate.rules.glob").match
+
+local cdict = ngx.shared.config_dict
+local rdict = ngx.shared.tollgate_rules
+local mdict = ngx.shared.tollgate_metrics
+local var = ngx.var
+local now = ngx.now
+local sleep = ngx.sleep
+local md5 = ngx.md5
+local match = string.match
+local find = string.find
+local sort = table.sort
+local type = type
+
+local _M = {}
+
+local S, R, SC
+local gen = false             -- generation of the compiled set
+local current = nil           -- the generation this worker serves (config.on_generation)
+local all = {}                -- every enabled rule, in order
+local memo = {}               -- app id -> method -> candidate rules (lazily)
+local memo_n = 0
+
+local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
+
+function _M.init(settings, client, script_set)
+    S, R, SC = settings, client, script_set
+    global.init(settings, client, script_set)
+    algo.set_workers(ngx.worker.count() or 1)
+end
+
+local function compile(g)
+    local list = {}
+    for _, r in ipairs(parse.stored(cdict)) do
+        if r.enabled then
+            r.s_hits = 'ratelimit_rule_hits_total{rule_id="' .. r.id .. '"}'
+            r.s_act = {}
+            for _, a in ipairs(ACTIONS) do
+                r.s_act[a] = 'ratelimit_rule_actions_total{rule_id="' .. r.id
+                    .. '",action="' .. a .. '"}'
+            end
+            r.k_local = r.id .. ":"
+            r.k_cache, r.k_n = {}, 0          -- scope key -> dict key of the counter
+            r.is_global = r.distribution == "global"
+            r.is_cost = r.unit == "cost"
+            r.k_global = keys.rule_counter(r.id) .. r.algorithm .. ":"
+            r.fn = (r.algorithm == "fixed_window" and algo.fixed)
+                or (r.algorithm == "sliding_window" and algo.sliding) or algo.token
+            list[#list + 1] = r
+        end
+    end
+    sort(list, function(a, b)
+        if a.priority ~= b.priority then
+            return a.priority < b.priority
+        end
+        return a.id < b.id
+    end)
+    all, memo, memo_n, gen = list, {}, 0, g
+end
+
+-- A request reaches check() only after config.app/cached saw this worker on the current
+-- generation, which calls this first: the hot path compares two Lua values, no dict read.
+config.on_generation(function(g)
+    current = g
+end)
+
+-- The rules that can match app `id` and `method`, in order.
+local function candidates(id, method)
+    local m = memo[id]
+    if not m then
+        if memo_n >= 20000 then
+            memo, memo_n = {}, 0
+        end
+        m = {}
+        memo[id] = m
+        memo_n = memo_n + 1
+    end
+    local l = m[method]
+    if not l then
+        l = {}
+        for i = 1, #all do
+            local r = all[i]
+            if (not r.app_ids or r.app_ids[id]) and (not r.methods or r.methods[method]) then
+                l[#l + 1] = r
+            end
+        end
+        m[method] = l
+    end
+    return l
+end
+
+--- The compiled rules of this worker (recompiled when the config generation moved).
+function _M.list()
+    local g = config.generation()
+    if g ~= gen then
+        compile(g)
+    end
+    return all
+end
+
+--- The S3 access key id of an Authorization header (SigV4 Credential=AKID/..., V2 AWS AKID:sig).
+function _M.access_key(auth)
+    if type(auth) ~= "string" then
+        return nil
+    end
+    local k = match(auth, "Credential=([^/,%s]+)/")
+    if not k then
+        k = match(auth, "^AWS ([^:%s]+):")
+    end
+    return k
+end
+
+-- Per-request facts, computed once when the first rule needs them.
+local req = {}
+
+local function client_ip()
+    if req.ip == nil then
+        local remote = var.remote_addr
+        local ip, bin = ipmatch.client(remote, req.headers["x-forwarded-for"],
+            S.trusted_proxies)
+        req.ip, req.ip_bin = ip or "", bin or false
+    end
+    return req.ip, req.ip_bin
+end
+
+local function path()
+    if req.uri == nil then
+        local uri = var.uri
+        req.uri = uri
+        req.bucket = match(uri, "^/([^/]+)") or ""
+        req.key = match(uri, "^/[^/]+/(.*)$") or ""
+    end
+    return req.uri
+end
+
+-- rule_triggered event (contract §5); the table is built only when sampling keeps it
+local function triggered(r, action, skey, method, remaining)
+    local sampled = events.take("rule_triggered", req.app, r.id)
+    if not sampled then
+        return
+    end
+    local ua = req.headers["user-agent"]
+    events.push({
+        event_type = "rule_triggered", severity = action == "blocked" and "warning" or "info",
+        app_id = req.app, user_id = r.scope == "user" and skey or nil,
+        ip_address = (client_ip()), user_agent = type(ua) == "string" and ua or nil,
+        endpoint = var.uri, http_method = method, request_id = var.request_id,
+        rule_id = r.id, rule_type = r.algorithm, limit_value = r.limit,
+        current_usage = r.limit - (remaining or 0), action_taken = action,
+        response_code = action == "blocked" and 429 or nil, reason = "rule_limited",
+    }, sampled)
+end
+
+-- Scope key of rule r for this request, or nil when the rule does not match it.
+local function matches(r)
+    local h = req.headers
+    if r.bucket or r.key_prefix or r.path_glob then
+        local uri = path()
+        if (r.bucket and req.bucket ~= r.bucket)
+                or (r.key_prefix and find(req.key, r.key_prefix, 1, true) ~= 1)
+                or (r.path_glob and not glob_match(r.path_glob, uri)) then
+            return nil
+        end
+    end
+    local hs = r.headers
+    if hs then
+        for i = 1, #hs do
+            if h[hs[i][1]] ~= hs[i][2] then
+                return nil
+            end
+        end
+    end
+    if r.cidrs then
+        local _, bin = client_ip()
+        if not bin or not ipmatch.any(r.cidrs, bin) then
+            return nil
+        end
+    end
+    local scope = r.scope
+    if scope == "global" or scope == "endpoint" then
+        return ""
+    elseif scope == "app" then
+        return req.app
+    elseif scope == "ip" then
+        local ip = client_ip()
+        return ip ~= "" and ip or nil
+    end
+    local u
+    if r.user_s3 then
+        u = _M.access_key(h["authorization"])
+    else
+        u = h[r.user_header]
+    end
+    if type(u) ~= "string" or u == "" then
+        return nil
+    end
+    if u == r.u_raw then       -- the same user as this rule's last request
+        return r.u_key
+    end
+    local k = u
+    if #u > 64 or find(u, "[^%w%-_.@]") then
+        k = md5(u)
+    end
+    r.u_raw, r.u_key = u, k
+    return k
+end
+
+-- The dict key of rule r's counter for scope key skey (built once per worker).
+local function local_key(r, skey)
+    local k = r.k_cache[skey]
+    if not k then
+        if r.k_n >= 10000 then
+            r.k_cache, r.k_n = {}, 0
+        end
+        k = r.k_local .. skey
+        r.k_cache[skey] = k
+        r.k_n = r.k_n + 1
+    end
+    return k
+end
+
+--- Check the rules of a request of app `a` (method, headers, cost = the known tier cost).
+-- Returns nil to go on (possibly after a throttle delay) or the rejecting rule, retry_after
+-- (seconds) and remaining.
+function _M.check(a, method, headers, cost)
+    if current ~= gen then
+        compile(current)
+    end
+    if #all == 0 then
+        return nil
+    end
+    local list = candidates(a.id, method)
+    if #list == 0 then
+        return nil
+    end
+    local id = a.id
+    reqheaders.all(headers)     -- rules match any header (and take the client's from some)
+    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+    local t = now()
+    for i = 1, #list do
+        local r = list[i]
+        if (not r.effective_from or t >= r.effective_from)
+                and (not r.effective_to or t < r.effective_to) then
+            local skey = matches(r)
+            if skey then
+                metrics.inc(r.s_hits)
+                local units = r.is_cost and cost or 1
+                local max_delay = r.max_delay or 0
+                local ok, delay, retry, remaining, slept, failed_open
+                local yielded = false
+                if r.is_global then
+                    ok, delay, retry, remaining, slept, failed_open =
+                        global.acquire(r, skey, units, max_delay, t)
+                    yielded = global.yielded
+                else
+                    -- node algorithms never yield but for a throttled sliding window, which
+                    -- reports it (slept); the token bucket takes no lock (rules_local.token)
+                    ok, delay, retry, remaining, slept =
+                        r.fn(rdict, local_key(r, skey), r, units, t, max_delay, sleep, now)
+                end
+                if failed_open then
+                    metrics.inc(r.s_act.fail_open)
+                elseif not ok then
+                    if r.action ~= "shadow" then
+                        metrics.inc(r.s_act.blocked)
+                        triggered(r, "blocked", skey, method, remaining)
+                        return r, retry, remaining
+                    end
+                    metrics.inc(r.s_act.shadowed)
+                    triggered(r, "shadowed", skey, method, remaining)
+                elseif delay > 0 or slept then
+                    metrics.inc(r.s_act.throttled)
+                    triggered(r, "throttled", skey, method, remaining)
+                    if delay > 0 then
+                        sleep(delay)
+                    end
+                end
+                if slept or delay > 0 or yielded then
+                    -- this request yielded: other requests of the worker used `req`
+                    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+                    t = now()
+                end
+            end
+        end
+    end
+    return nil
+end
+
+local last_push = 0
+
+--- Worker 0, about every second: add the rule counters' growth since the last push to
+-- `ratelimit:rules:stats` (one script call). The pushed values live in the tollgate_rules
+-- dict, so a reload of nginx neither loses nor repeats a delta.
+function _M.push_stats()
+    local t = now()
+    if t - last_push < 1 then
+        return
+    end
+    last_push = t
+    metrics.flush()
+    local args, pushed = {}, {}
+    for _, r in ipairs(_M.list()) do
+        local series = { r.s_hits, r.s_act.blocked, r.s_act.throttled, r.s_act.shadowed,
+                         r.s_act.fail_open }
+        local names = { "hits", "blocked", "throttled", "shadowed", "fail_open" }
+        for j = 1, #series do
+            local cur = mdict:get(series[j]) or 0
+            local d = cur - (rdict:get("p:" .. series[j]) or 0)
+            if d > 0 then
+                args[#args + 1] = r.id .. ":" .. names[j]
+                args[#args + 1] = d
+                pushed[#pushed + 1] = { series[j], cur }
+            end
+        end
+    end
+    if #args == 0 then
+        return
+    end
+    local res, err = R:with(S.bg_timeout_ms, function(red)
+        return scripts.run(red, SC.rule_stats, 1, keys.rule_stats(), unpack(args))
+    end)
+    if not res then
+        ngx.log(ngx.WARN, "tollgate: rule stats push failed: ", err)
+        return
+    end
+    for i = 1, #pushed do
+        rdict:set("p:" .. pushed[i][1], pushed[i][2])
+    end
+end
+
+return _M

@@ -1,0 +1,206 @@
+-- The gateway's settings: one schema entry per setting (its init() option, its TOLLGATE_*
+-- variable, type, default, bounds and meaning). load() reads every setting — the init() option
+-- over the environment over the default — and reports every bad one at once. docs/settings.md
+-- and nginx/tollgate_env.conf are generated from this table (make settings-doc); a Go test
+-- (controlplane/internal/config) fails when they are not current.
+--
+-- Adding a setting is one entry below. Kinds: string, number, integer, enum (values), bool
+-- (on/off), cidrs (comma-separated CIDRs), id ([A-Za-z0-9_-]{1,128}), table (init() option only).
+-- Bounds: min/max inclusive, above exclusive. An entry without env is an init() option only.
+-- Pure Lua: no ngx, so busted and the doc generator load it.
+local tonumber = tonumber
+local tostring = tostring
+local type = type
+local floor = math.floor
+local find = string.find
+local concat = table.concat
+
+local _M = {}
+
+local function hostname_id()
+    local f = io.open("/proc/sys/kernel/hostname", "r")
+    local h = f and f:read("*l") or "node"
+    if f then
+        f:close()
+    end
+    return "gw-" .. h:gsub("[^%w_%-]", "-"):sub(1, 100)
+end
+
+-- luacheck: push ignore 631 (one line per setting)
+_M.SCHEMA = {
+    { key = "redis_url", env = "TOLLGATE_REDIS_URL", kind = "string", default = "redis://127.0.0.1:6390/0", doc = "Redis of the L1/L2 state and the config: `redis://[:password@]host:port[/db]`, `rediss://`, `redis-sentinel://`, `redis-cluster://`" },
+    { key = "node_id", env = "TOLLGATE_NODE_ID", kind = "id", default = hostname_id, doc_default = "`gw-<hostname>`", doc = "this node's id, unique per node; names its leases and its report" },
+    { key = "scripts_dir", env = "TOLLGATE_SCRIPTS_DIR", kind = "string", doc_default = "`redis-scripts/` next to `lua/`", doc = "directory of the Redis scripts the gateway loads (the files the control plane loads)" },
+    { key = "mode", env = "TOLLGATE_LIMITER_MODE", kind = "enum", values = { "lease", "remote" }, default = "lease", doc = "`remote` calls Redis for every request (the benchmarks' baseline only)" },
+    { key = "app_header", env = "TOLLGATE_APP_HEADER", kind = "string", default = "X-App-Id", doc = "request header that names the app" },
+    { key = "op_timeout_ms", env = "TOLLGATE_REDIS_TIMEOUT_MS", kind = "number", default = 100, above = 0, max = 100, doc = "timeout (connect, send, read) of every Redis call a request waits on, in ms" },
+    { key = "bg_timeout_ms", env = "TOLLGATE_REDIS_BG_TIMEOUT_MS", kind = "number", default = 1000, above = 0, max = 60000, doc = "timeout of the Redis calls no request waits on (reports, refills, config polls, events, statistics), in ms" },
+    { key = "sync_interval", env = "TOLLGATE_SYNC_INTERVAL", kind = "number", default = 0.1, above = 0, max = 3600, doc = "seconds between consumption reports" },
+    { key = "batch_threshold", env = "TOLLGATE_BATCH_THRESHOLD", kind = "number", default = 1000, min = 1, doc = "pending requests that trigger an early report" },
+    { key = "min_target", env = "TOLLGATE_RESERVE_TARGET", kind = "number", default = 1000, min = 1, doc = "smallest reserve target of a lease (tokens) while L2 is not scarce" },
+    { key = "max_target", env = "TOLLGATE_MAX_TARGET", kind = "number", default = 200000, min = 1, doc = "largest adaptive reserve target of a lease (tokens)" },
+    { key = "target_horizon", env = "TOLLGATE_TARGET_HORIZON", kind = "number", default = 0.5, above = 0, max = 60, doc = "seconds of the node's traffic a lease aims to hold" },
+    { key = "refill_threshold", kind = "number", default = 0.2, above = 0, max = 1, doc = "share of the target below which a lease asks L2 for more" },
+    { key = "idle_return_after", env = "TOLLGATE_IDLE_RETURN", kind = "number", default = 1.0, above = 0, doc = "seconds without traffic after which a node returns its lease to L2" },
+    { key = "fail_open_rate", env = "TOLLGATE_FAIL_OPEN_RATE", kind = "number", default = 100, min = 0, doc = "tokens per second per app and node admitted while Redis is unreachable" },
+    { key = "neg_cache_min", kind = "number", default = 0.05, above = 0, doc = "shortest time (s) an unknown app id is remembered as unknown" },
+    { key = "neg_cache_max", kind = "number", default = 1.0, above = 0, doc = "longest time (s) an unknown app id is remembered as unknown" },
+    { key = "breaker_retry", env = "TOLLGATE_BREAKER_RETRY", kind = "number", default = 0.5, above = 0, max = 60, doc = "seconds before an open Redis breaker lets each worker probe Redis" },
+    { key = "degradation_hold", env = "TOLLGATE_DEGRADATION_HOLD", kind = "number", default = 2, min = 0, max = 3600, doc = "seconds a lower degradation level must hold before the node steps down to it" },
+    { key = "config_poll", env = "TOLLGATE_CONFIG_POLL", kind = "number", default = 1.0, above = 0, max = 60, doc = "seconds between config version polls (pub/sub notices apply at once)" },
+    { key = "report_interval", env = "TOLLGATE_REPORT_INTERVAL", kind = "number", default = 5, min = 0.1, max = 15, doc = "seconds between this node's reports in `ratelimit:gateways` (made at a config poll; the control plane calls a node stale after 30 s without one)" },
+    { key = "pool_size", kind = "integer", default = 50, min = 1, max = 10000, doc = "Redis connections kept per worker" },
+    { key = "costs", kind = "table", doc_default = "the built-in tier costs", doc = "tier costs (`tollgate.cost`), checked at start" },
+    { key = "chunked_estimate", env = "TOLLGATE_CHUNKED_ESTIMATE", kind = "integer", default = 1048576, min = 0, doc = "bytes a chunked upload without `x-amz-decoded-content-length` pays up front" },
+    { key = "reservation_timeout", env = "TOLLGATE_RESERVATION_TIMEOUT", kind = "number", default = 3600, above = 0, doc = "seconds after which an uncompleted multipart reservation is released" },
+    { key = "jit_tune", env = "TOLLGATE_JIT_TUNE", kind = "bool", default = "on", doc = "`on` raises LuaJIT's trace limits (VM-wide, in `init_by_lua`) so that the request path compiles; `off` keeps the VM's defaults" },
+    { key = "shared_counters", env = "TOLLGATE_SHARED_COUNTERS", kind = "bool", default = "off", doc = "`on` keeps the hot path's counters and the connection limiter's tracking records in memory the master maps (atomic instructions) instead of their shared dicts" },
+    { key = "events_per_sec", env = "TOLLGATE_EVENTS_PER_SEC", kind = "integer", default = 20, min = 0, max = 100000, doc = "event entries per second this node writes to `ratelimit:events` (0: none); the rest are folded into the next entry's `sampled`" },
+    { key = "trusted_proxies", env = "TOLLGATE_TRUSTED_PROXIES", kind = "cidrs", default = "", doc = "comma-separated CIDRs of proxies whose `X-Forwarded-For` is believed for the client IP of rules" },
+    { key = "conn_app_limit", env = "TOLLGATE_CONN_APP_LIMIT", kind = "integer", default = 1000, min = 1, doc = "requests in flight per app and node when Redis has no `connlimit:{c}:config:<app>`" },
+    { key = "conn_cluster_limit", env = "TOLLGATE_CONN_CLUSTER_LIMIT", kind = "integer", default = 5000, min = 1, doc = "requests in flight per cluster and node when Redis has no `connlimit:{c}:cluster`" },
+    { key = "conn_timeout", env = "TOLLGATE_CONN_TIMEOUT", kind = "number", default = 300, min = 0.1, doc = "seconds without a heartbeat after which an in-flight slot counts as leaked" },
+    { key = "conn_cleanup_interval", env = "TOLLGATE_CONN_CLEANUP_INTERVAL", kind = "number", default = 30, min = 0.1, doc = "seconds between leak cleanup runs" },
+    { key = "conn_cleanup_batch", env = "TOLLGATE_CONN_CLEANUP_BATCH", kind = "integer", default = 10000, min = 1, doc = "tracking slots one cleanup run looks at, at most" },
+    { key = "conn_stats_interval", env = "TOLLGATE_CONN_STATS_INTERVAL", kind = "number", default = 10, min = 0.1, doc = "seconds between connection statistics written to Redis" },
+    { key = "conn_config_ttl", env = "TOLLGATE_CONN_CONFIG_TTL", kind = "number", default = 60, min = 0.1, doc = "seconds connection limits are cached (a config notice refreshes them at once)" },
+}
+-- luacheck: pop
+
+-- lazily: the CIDR parser needs bit ops of LuaJIT only
+local function cidr_list(v)
+    return require("tollgate.request.ipmatch").parse_list(v)
+end
+
+local function valid_id(v)
+    return type(v) == "string" and #v <= 128 and find(v, "^[%w_%-]+$") ~= nil
+end
+
+local function bounds(e)
+    local lo = e.above and ("> " .. e.above) or (e.min and (">= " .. e.min))
+    local hi = e.max and ("<= " .. e.max)
+    if lo and hi then
+        return lo .. " and " .. hi
+    end
+    return lo or hi
+end
+
+-- The checked value of entry e from raw (an option's value or the environment's string), or
+-- nil, message.
+local function check(e, raw)
+    local kind = e.kind
+    if kind == "number" or kind == "integer" then
+        local n = tonumber(raw)
+        if type(n) ~= "number" or n ~= n then
+            return nil, "must be a number"
+        end
+        if kind == "integer" and n ~= floor(n) then
+            return nil, "must be an integer"
+        end
+        if (e.min and n < e.min) or (e.above and n <= e.above) or (e.max and n > e.max) then
+            return nil, "must be " .. bounds(e)
+        end
+        return n
+    elseif kind == "enum" or kind == "bool" then
+        local values = e.values or { "on", "off" }
+        for _, v in ipairs(values) do
+            if raw == v then
+                return raw
+            end
+        end
+        return nil, "must be one of " .. concat(values, ", ")
+    elseif kind == "id" then
+        if not valid_id(raw) then
+            return nil, "must match ^[A-Za-z0-9_-]{1,128}$"
+        end
+        return raw
+    elseif kind == "cidrs" then
+        local list, err = cidr_list(raw)
+        if not list then
+            return nil, "must be comma-separated CIDRs: " .. tostring(err)
+        end
+        return list
+    elseif kind == "table" then
+        if type(raw) ~= "table" then
+            return nil, "must be a table"
+        end
+        return raw
+    end
+    if type(raw) ~= "string" then
+        return nil, "must be a string"
+    end
+    return raw
+end
+
+--- Every setting from opts (init() options) over getenv (os.getenv) over the defaults.
+-- Returns the settings table, and the list of problems (empty when all are good), one per bad
+-- setting: "TOLLGATE_X='v' must be ...".
+function _M.load(opts, getenv)
+    opts = opts or {}
+    getenv = getenv or os.getenv
+    local s, errs = {}, {}
+    for _, e in ipairs(_M.SCHEMA) do
+        local raw, from = opts[e.key], e.key
+        if raw == nil and e.env then
+            raw, from = getenv(e.env), e.env
+            if raw == "" then
+                raw = nil
+            end
+        end
+        if raw == nil then
+            local d = e.default
+            if type(d) == "function" then
+                d = d()
+            end
+            raw, from = d, nil
+        end
+        if raw ~= nil then
+            local v, msg = check(e, raw)
+            if v == nil then
+                local name = from or e.env or e.key
+                if from == e.key and e.env then
+                    name = e.key .. " (" .. e.env .. ")"
+                end
+                errs[#errs + 1] = name .. "='" .. tostring(raw) .. "' " .. msg
+            end
+            s[e.key] = v
+        end
+    end
+    return s, errs
+end
+
+--- load() that stops the start with every problem in one message (error(), as init_by_lua
+-- reports it).
+function _M.get(opts, getenv)
+    local s, errs = _M.load(opts, getenv)
+    if #errs > 0 then
+        error("tollgate: bad settings: " .. concat(errs, "; "), 0)
+    end
+    return s
+end
+
+--- The documentation rows: {env, key, default, bounds, meaning} per entry, as text.
+function _M.rows()
+    local out = {}
+    for _, e in ipairs(_M.SCHEMA) do
+        local d = e.doc_default
+        if d == nil then
+            d = e.default == nil and "(none)" or e.default == "" and "(empty)"
+                or "`" .. tostring(e.default) .. "`"
+        end
+        local b = bounds(e) or ""
+        if e.kind == "integer" then
+            b = b == "" and "integer" or "integer " .. b
+        elseif e.values or e.kind == "bool" then
+            b = concat(e.values or { "on", "off" }, " | ")
+        elseif e.kind == "id" then
+            b = "`[A-Za-z0-9_-]{1,128}`"
+        elseif e.kind == "cidrs" then
+            b = "CIDRs, comma-separated"
+        end
+        out[#out + 1] = { e.env or "", e.key, d, b, e.doc }
+    end
+    return out
+end
+
+return _M

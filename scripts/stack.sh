@@ -182,7 +182,9 @@ start_all() {
         # search permission, no listing; the secrets are 0600 in 0700 directories)
         chmod 711 "$RUN_DIR" "$RUN_DIR/gateway" "$RUN_DIR/gateway/lua"
     fi
+    # virtual-hosted S3 addressing: http://<bucket>.s3.localhost:<port>/<key>
     TOLLGATE_REDIS_URL=$GATEWAY_REDIS_URL TOLLGATE_NODE_ID=$NODE_ID \
+        TOLLGATE_S3_DOMAINS=${TOLLGATE_S3_DOMAINS:-s3.localhost} \
         start_bg gateway nginx -p "$RUN_DIR/gateway" -c "$RUN_DIR/gateway/conf/nginx.conf"
     wait_for "gateway (http://$GATEWAY_ADDR)" curl -sf "http://$METRICS_ADDR/health"
 

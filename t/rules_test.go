@@ -88,11 +88,18 @@ func admitted(t *testing.T, g *harness.Gateway, n int, method, path, app, by str
 		switch r.Status {
 		case 200:
 			ok++
-		case 429:
+		case 429, 503:
 			var b ruleReject
-			r.JSON(t, &b)
+			if r.Status == 503 { // S3's SlowDown for credential-identified requests
+				b.Reason, b.RuleID = r.Header.Get("X-Tollgate-Reason"), r.Header.Get("X-Tollgate-Rule")
+				if !strings.Contains(string(r.Body), "<Code>SlowDown</Code>") {
+					t.Fatalf("503 without SlowDown: %s", r.Body)
+				}
+			} else {
+				r.JSON(t, &b)
+			}
 			if b.Reason != "rule_limited" || (by != "" && b.RuleID != by) {
-				t.Fatalf("429 %s, want rule_limited by %q", r.Body, by)
+				t.Fatalf("%d %s, want rule_limited by %q", r.Status, r.Body, by)
 			}
 			if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 1 {
 				t.Fatalf("rule rejection without Retry-After: %v", r.Header)
@@ -156,6 +163,11 @@ func TestRuleUserScope(t *testing.T) {
 	v4 := map[string]string{"Authorization": "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=abc"}
 	v2 := map[string]string{"Authorization": "AWS AKIDEXAMPLE:c2lnbmF0dXJl"}
 	other := map[string]string{"Authorization": "AWS OTHERKEY:c2ln"}
+	// credentials identify the app (issue 17): both keys belong to demo-p1
+	s.putAccessKey("AKIDEXAMPLE", "demo-p1")
+	s.putAccessKey("OTHERKEY", "demo-p1")
+	s.putAccessKey("PROBEKEY", "demo-p1") // probed: the two above count their own requests
+	waitKnown(t, g, "PROBEKEY")
 	got := admitted(t, g, 2, "GET", "/b/k", "demo-p1", "by-akid", v4) +
 		admitted(t, g, 3, "GET", "/b/k", "demo-p1", "by-akid", v2)
 	if got != 3 {

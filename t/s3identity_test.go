@@ -60,7 +60,7 @@ func TestS3ThrottledClientsBackOffAndFinish(t *testing.T) {
 	st.api.change("POST", "/api/v1/apps", map[string]any{"app_id": "s3-slow", "cluster_id": "default",
 		"guaranteed_quota": 20, "burst_quota": 40, "priority": 2})
 	for _, c := range s3clients() {
-		st.api.change("POST", "/api/v1/apps/s3-slow/access-keys", map[string]string{"access_key_id": c.key})
+		st.addKey(t, "s3-slow", c.key)
 	}
 	dir := t.TempDir()
 	for i := 0; i < slowObjects; i++ {
@@ -168,7 +168,7 @@ for f in sorted(os.listdir(d)):
 // Credentials plus a spoofed X-App-Id: charged to the credentials' app, never to the header's.
 func TestS3CredentialsWinOverASpoofedAppHeader(t *testing.T) {
 	st := s3Stack(t, nil)
-	st.api.change("POST", "/api/v1/apps/demo-p3/access-keys", map[string]string{"access_key_id": "AKIASPOOF00000000001"})
+	st.addKey(t, "demo-p3", "AKIASPOOF00000000001")
 	ctx := context.Background()
 	c := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(st.g.URL), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIASPOOF00000000001", "spoof-secret-1", ""),
@@ -209,7 +209,7 @@ func TestS3CredentialsWinOverASpoofedAppHeader(t *testing.T) {
 // SignatureDoesNotMatch, the gateway refunds the charge and counts the failure.
 func TestS3ForgedSignaturesAreRefunded(t *testing.T) {
 	st := s3Stack(t, nil)
-	st.api.change("POST", "/api/v1/apps/demo-p2/access-keys", map[string]string{"access_key_id": "AKIASPOOF00000000001"})
+	st.addKey(t, "demo-p2", "AKIASPOOF00000000001")
 	ctx := context.Background()
 	forged := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(st.g.URL), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIASPOOF00000000001", "not-the-secret", ""),

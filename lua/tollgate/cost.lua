@@ -1,107 +1,88 @@
 -- Cost of a request: C_base(op) + ceil(bytes / quantum) * C_bw, capped (Req 1, DESIGN §2).
--- Pure Lua (no ngx): the operation classifier for S3 request shapes and the arithmetic.
+-- Pure Lua (no ngx): the operation table with its base costs and the arithmetic (the
+-- classifier is tollgate.s3).
 local ceil = math.ceil
 local floor = math.floor
-local find = string.find
-local byte = string.byte
 
 local _M = {}
 
-local DEFAULT_BASE = {
-    GET = 1, HEAD = 1, OPTIONS = 1,
-    PUT = 5, POST = 5, PATCH = 3, DELETE = 2,
-    LIST = 3, COPY = 6,
-    MULTIPART_INIT = 2, MULTIPART_UPLOAD = 4, MULTIPART_COMPLETE = 8, MULTIPART_ABORT = 3,
+-- The S3 operations (tollgate.s3 classifies requests into them): name, cost class, default
+-- base cost. A class is the coarse name costs were configured by before the operation table
+-- (GET, LIST, PUT, ...): configuring a class sets every operation of it, configuring an
+-- operation sets that one (after the classes). DeleteObjects is charged per key it deletes.
+local OPERATIONS = {
+    { "ListBuckets", "LIST", 3 },
+    { "ListObjects", "LIST", 3 },
+    { "ListObjectsV2", "LIST", 3 },
+    { "ListObjectVersions", "LIST", 3 },
+    { "ListMultipartUploads", "LIST", 3 },
+    { "ListParts", "LIST", 3 },
+    { "HeadBucket", "HEAD", 1 },
+    { "HeadObject", "HEAD", 1 },
+    { "GetObject", "GET", 1 },
+    { "PutObject", "PUT", 5 },
+    { "CreateBucket", "PUT", 5 },
+    { "CopyObject", "COPY", 6 },
+    { "UploadPartCopy", "COPY", 6 },
+    { "UploadPart", "MULTIPART_UPLOAD", 4 },
+    { "CreateMultipartUpload", "MULTIPART_INIT", 2 },
+    { "CompleteMultipartUpload", "MULTIPART_COMPLETE", 8 },
+    { "AbortMultipartUpload", "MULTIPART_ABORT", 3 },
+    { "DeleteObject", "DELETE", 2 },
+    { "DeleteBucket", "DELETE", 2 },
+    { "DeleteObjects", "DELETE", 2 },
+    { "PostObject", "POST", 5 },
+    { "SelectObjectContent", "POST", 5 },
+    { "RestoreObject", "POST", 5 },
+    { "GetBucketMetadata", "METADATA", 1 },
+    { "GetObjectMetadata", "METADATA", 1 },
+    { "PutBucketMetadata", "METADATA", 2 },
+    { "PutObjectMetadata", "METADATA", 2 },
+    { "DeleteBucketMetadata", "METADATA", 2 },
+    { "DeleteObjectMetadata", "METADATA", 2 },
+    { "Options", "OPTIONS", 1 },
+    { "Patch", "PATCH", 3 },
 }
-_M.DEFAULT_BASE = DEFAULT_BASE
-_M.OPS = {}
-for op in pairs(DEFAULT_BASE) do
-    _M.OPS[#_M.OPS + 1] = op
+_M.OPERATIONS = OPERATIONS
+
+local DEFAULT_BASE, CLASS_OF, CLASSES = {}, {}, {}
+for _, o in ipairs(OPERATIONS) do
+    DEFAULT_BASE[o[1]] = o[3]
+    CLASS_OF[o[1]] = o[2]
+    CLASSES[o[2]] = true
 end
-table.sort(_M.OPS)
+_M.DEFAULT_BASE = DEFAULT_BASE
+_M.CLASS_OF = CLASS_OF
+_M.CLASSES = CLASSES
+_M.OPS = {}
+for _, o in ipairs(OPERATIONS) do
+    _M.OPS[#_M.OPS + 1] = o[1]
+end
+
+-- Operations charged per key of their body (DeleteObjects: base x keys deleted).
+_M.PER_KEY = { DeleteObjects = true }
 
 -- Every request pays for the body it sends (Req 1.1); these operations also pay for the body
 -- they receive (download bandwidth, charged after the response).
-local DOWNLOAD = { GET = true }
+local DOWNLOAD = { GetObject = true }
 _M.DOWNLOAD = DOWNLOAD
 
-local AMP = byte("&")
-local EQ = byte("=")
-
--- true when the query string q has a parameter named `name` (with or without a value)
-local function has_arg(q, name)
-    if not q or q == "" then
-        return false
+--- Parse a cost list "GetObject=1,LIST=4" (TOLLGATE_COSTS) into {name = n}; nil, err when
+-- malformed. Names are checked by new().
+function _M.parse_list(s)
+    local t = {}
+    if s == nil or s == "" then
+        return t
     end
-    local n = #name
-    local init = 1
-    while true do
-        local s, e = find(q, name, init, true)
-        if not s then
-            return false
+    for item in (s .. ","):gmatch("([^,]*),") do
+        item = item:gsub("^%s+", ""):gsub("%s+$", "")
+        local name, v = item:match("^([%w_]+)%s*=%s*(%d+)$")
+        if not name then
+            return nil, "expected NAME=INTEGER, got '" .. item .. "'"
         end
-        local before = s == 1 or byte(q, s - 1) == AMP
-        local after = byte(q, e + 1)
-        if before and (after == nil or after == EQ or after == AMP) then
-            return true
-        end
-        init = s + n
+        t[name] = tonumber(v)
     end
-end
-_M.has_arg = has_arg
-
--- true when the path addresses a bucket rather than an object: "/", "/b", "/b/"
-local function is_bucket_path(path)
-    if not path or path == "" or path == "/" then
-        return true
-    end
-    local slash = find(path, "/", 2, true)
-    return slash == nil or slash == #path
-end
-_M.is_bucket_path = is_bucket_path
-
---- Classify an S3-style request.
--- @param method string HTTP method (upper case)
--- @param path string URI path without query (only a GET looks at it: nil is fine otherwise)
--- @param query string|nil raw query string
--- @param copy_source boolean the request carries x-amz-copy-source
--- @return op string, or nil and "unsupported_method"
-function _M.classify(method, path, query, copy_source)
-    if method == "GET" then
-        if is_bucket_path(path) or has_arg(query, "list-type") or has_arg(query, "uploads")
-                or has_arg(query, "uploadId") then
-            return "LIST"
-        end
-        return "GET"
-    elseif method == "HEAD" then
-        return "HEAD"
-    elseif method == "PUT" then
-        if copy_source then
-            return "COPY"
-        end
-        if has_arg(query, "uploadId") and has_arg(query, "partNumber") then
-            return "MULTIPART_UPLOAD"
-        end
-        return "PUT"
-    elseif method == "POST" then
-        if has_arg(query, "uploads") then
-            return "MULTIPART_INIT"
-        end
-        if has_arg(query, "uploadId") then
-            return "MULTIPART_COMPLETE"
-        end
-        return "POST"
-    elseif method == "DELETE" then
-        if has_arg(query, "uploadId") then
-            return "MULTIPART_ABORT"
-        end
-        return "DELETE"
-    elseif method == "PATCH" then
-        return "PATCH"
-    elseif method == "OPTIONS" then
-        return "OPTIONS"
-    end
-    return nil, "unsupported_method"
+    return t
 end
 
 --- Bandwidth units of a byte count: ceil(bytes / quantum), 0 for no body.
@@ -120,14 +101,24 @@ function _M.new(opts)
     for op, v in pairs(DEFAULT_BASE) do
         base[op] = v
     end
-    for op, v in pairs(opts.base or {}) do
-        if DEFAULT_BASE[op] == nil then
-            return nil, "unknown operation in cost table: " .. tostring(op)
+    local given = opts.base or {}
+    for name, v in pairs(given) do
+        if DEFAULT_BASE[name] == nil and not CLASSES[name] then
+            return nil, "unknown operation in cost table: " .. tostring(name)
         end
         if type(v) ~= "number" or v < 0 or v ~= floor(v) then
-            return nil, "base cost of " .. op .. " must be a non-negative integer"
+            return nil, "base cost of " .. name .. " must be a non-negative integer"
         end
-        base[op] = v
+    end
+    for op, class in pairs(CLASS_OF) do     -- classes first, then single operations
+        if given[class] ~= nil then
+            base[op] = given[class]
+        end
+    end
+    for op in pairs(DEFAULT_BASE) do
+        if given[op] ~= nil then
+            base[op] = given[op]
+        end
     end
     local quantum = opts.quantum or 65536
     if type(quantum) ~= "number" or quantum < 1 or quantum ~= floor(quantum) then
@@ -140,9 +131,10 @@ function _M.new(opts)
     return setmetatable({ base = base, quantum = quantum, max_cost = max_cost }, { __index = _M })
 end
 
---- Cost of an operation moving `bytes` with bandwidth coefficient c_bw (Property 1).
-function _M.calculate(self, op, bytes, c_bw)
-    local c = (self.base[op] or 0) + _M.units(bytes, self.quantum) * (c_bw or 1)
+--- Cost of an operation moving `bytes` with bandwidth coefficient c_bw (Property 1); `keys`
+-- multiplies the base of a per-key operation (DeleteObjects).
+function _M.calculate(self, op, bytes, c_bw, keys)
+    local c = (self.base[op] or 0) * (keys or 1) + _M.units(bytes, self.quantum) * (c_bw or 1)
     if c > self.max_cost then
         c = self.max_cost
     end

@@ -38,6 +38,7 @@ local FIELDS = {
     { "request_id", 64 }, { "rule_id", 128 }, { "rule_type", 32 }, { "limit_value", 32 },
     { "current_usage", 32 }, { "action_taken", 16 }, { "response_code", 8 },
     { "response_time_ms", 32 }, { "node_id", 128 }, { "reason", 128 },
+    { "access_key_id", 128 },
 }
 local NFIELDS = #FIELDS
 

@@ -28,6 +28,9 @@ local breaker = require("tollgate.breaker.breaker")
 
 local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
+local ipmatch = require("tollgate.request.ipmatch")
+local s3 = require("tollgate.s3")
+local identity = require("tollgate.identity")
 
 local cjson = require("cjson.safe")
 
@@ -50,7 +53,7 @@ local find = string.find
 local _M = {}
 
 local S, SC, R, CALC
-local app_header_lc
+local DOMAINS           -- TOLLGATE_S3_DOMAINS (nil without: every request is path-style)
 
 local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true,
                         PATCH = true, OPTIONS = true }
@@ -99,18 +102,30 @@ function _M.init(opts)
         error("tollgate: " .. err, 0)
     end
     SC = set
-    local calc, cerr = cost_mod.new(S.costs)
+    local costs = S.costs
+    if costs == nil then
+        local perr
+        costs, perr = cost_mod.parse_list(S.cost_list)
+        if not costs then
+            error("tollgate: TOLLGATE_COSTS: " .. perr, 0)
+        end
+    end
+    local calc, cerr = cost_mod.new({ base = costs })
     if not calc then
         error("tollgate: " .. cerr, 0)
     end
     CALC = calc
-    app_header_lc = S.app_header:lower()
-    -- the headers the request path reads (price, reservation estimates); rules and events
-    -- read the rest through reqheaders.all
-    reqheaders.want(app_header_lc)
+    identity.configure(S)
+    DOMAINS = identity.DOMAINS[1] and identity.DOMAINS or nil
+    -- the headers the request path reads (identity, price, reservation estimates); rules and
+    -- events read the rest through reqheaders.all
+    reqheaders.want(S.app_header:lower())
     for _, name in ipairs({ "transfer-encoding", "content-length", "x-amz-copy-source",
                             "x-tollgate-expected-size", "x-amz-decoded-content-length",
                             "range" }) do
+        reqheaders.want(name)
+    end
+    for _, name in ipairs(identity.headers()) do
         reqheaders.want(name)
     end
 end
@@ -120,6 +135,7 @@ function _M.init_worker()
         _M.init()
     end
     deg.init(S)
+    config.on_generation(identity.flush)
     config.publish_generation(true)
     local client, err = rredis.new({
         url = S.redis_url, pool_size = S.pool_size,
@@ -184,7 +200,7 @@ end
 -- Price a request: the known cost (C_base + request body), the estimate of bandwidth settled
 -- after the response (chunked upload, download) and a multipart reservation to open.
 -- Returns cost, estimate, reserve, chunked (multiple values: no table per request).
-local function price(a, op, headers)
+local function price(a, op, headers, nkeys)
     local estimate, reserve, chunked = 0, 0, false
     local bytes = 0
     local te = headers["transfer-encoding"]
@@ -193,12 +209,12 @@ local function price(a, op, headers)
     else
         bytes = tonumber(headers["content-length"]) or 0
     end
-    local cost = CALC:calculate(op, bytes, a.c_bw)
+    local cost = CALC:calculate(op, bytes, a.c_bw, nkeys)
     if chunked then
         estimate = CALC:bandwidth(reservation.upload_estimate(headers), a.c_bw, cost)
     elseif cost_mod.DOWNLOAD[op] then
         estimate = CALC:bandwidth(reservation.download_estimate(a, headers), a.c_bw, cost)
-    elseif op == "MULTIPART_INIT" then
+    elseif op == "CreateMultipartUpload" then
         local expected = tonumber(headers["x-tollgate-expected-size"])
         if expected and expected > 0 then
             reserve = CALC:bandwidth(expected, a.c_bw, cost)
@@ -225,26 +241,72 @@ local function blocked_event(headers, id, reason, rule_type, status, limit, curr
         endpoint = var.uri, http_method = get_method(), request_id = var.request_id,
         rule_type = rule_type, limit_value = limit, current_usage = current,
         action_taken = "blocked", response_code = status, reason = reason,
+        access_key_id = (reqstate.current() or {}).tg_akid or nil,
     }, sampled)
+end
+
+-- Messages of identity refusals (reason -> status, message)
+local IDENTITY_REFUSALS = {
+    missing_app_id = { 400, "no S3 credentials, no app header and no owner of the bucket" },
+    duplicate_app_id = { 400, "send exactly one app header" },
+    invalid_access_key = { 403, "the access key id is malformed" },
+    unknown_access_key = { 403, "the access key id is not known to the gateway" },
+}
+
+-- Keys a DeleteObjects request deletes: the <Object> elements of its body (read up to
+-- identity.DELETE_MAX bytes; a larger body is charged S3's maximum of 1000 keys).
+local function delete_keys(headers)
+    local len = tonumber(headers["content-length"])
+    if len and len > identity.DELETE_MAX then
+        return 1000
+    end
+    ngx.req.read_body()
+    local body = ngx.req.get_body_data()
+    if not body then
+        local path = ngx.req.get_body_file()
+        local f = path and io.open(path, "rb")
+        if not f then
+            return 1
+        end
+        body = f:read(identity.DELETE_MAX)
+        f:close()
+    end
+    local n = s3.count_objects(body)
+    if n < 1 then
+        return 1
+    end
+    return n
 end
 
 function _M.access()
     local ctx = reqstate.open()
     local headers = reqheaders.read(ctx.h)
-    local id = headers[app_header_lc]
-    if id == nil then
-        return reject_invalid(ctx, "missing_app_id",
-            "the " .. S.app_header .. " header is required")
+    local method = get_method()
+    local q = reqheaders.query()
+    local uri = var.uri
+    local vbucket = DOMAINS and s3.vhost_bucket(headers.host, DOMAINS) or nil
+    local op = s3.operation(method, s3.level(vbucket, uri), q, headers["x-amz-copy-source"] ~= nil)
+    if not config.current() then
+        config.refresh()            -- the access key and bucket maps of the current config
     end
-    if type(id) == "table" then
-        return reject_invalid(ctx, "duplicate_app_id",
-            "send exactly one " .. S.app_header .. " header")
+    local id, why, akid = identity.identify(ctx, headers, q, op, vbucket, uri)
+    if id then
+        akid, why = why, nil
+    end
+    ctx.tg_akid = akid or false
+    if not id then
+        if why == "unknown_access_key" and config.version() == nil then
+            id = "_s3"      -- no config was ever loaded: fail-open below, one budget for keys
+        else
+            local r = IDENTITY_REFUSALS[why]
+            return reject_invalid(ctx, why, r[2], r[1])
+        end
     end
     local a = config.cached(id)
     if not a then
         if not keys.valid_id(id) then
             return reject_invalid(ctx, "invalid_app_id",
-                S.app_header .. " must match ^[A-Za-z0-9_-]{1,128}$")
+                "app ids must match ^[A-Za-z0-9_-]{1,128}$")
         end
         a = config.app(id)
     end
@@ -252,13 +314,13 @@ function _M.access()
         ctx.tg_label = "_unknown"
         return response.refuse(403, "unknown_app", "no such app")
     end
-    local method = get_method()
-    -- only a GET's shape depends on its path (bucket: LIST); reading $uri costs ~450 instructions
-    local op = cost_mod.classify(method, method == "GET" and var.uri or nil, reqheaders.query(),
-        headers["x-amz-copy-source"] ~= nil)
     if not op then
         return reject_invalid(ctx, "unsupported_method",
             "method " .. method .. " is not supported", 405)
+    end
+    local nkeys
+    if op == "DeleteObjects" then
+        nkeys = delete_keys(headers)
     end
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open
@@ -290,7 +352,7 @@ function _M.access()
         return connlimit.refuse(creason)
     end
 
-    local cost, estimate, reserve, chunked = price(a, op, headers)
+    local cost, estimate, reserve, chunked = price(a, op, headers, nkeys)
     -- rules after the connection slot and the price, before the tiers: a rule rejection
     -- charges no tier tokens, and log() gives the slot back
     local rule, rretry, rremaining = rules.check(a, method, headers, cost)
@@ -313,15 +375,15 @@ function _M.access()
         return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
     end
     local covered = 0
-    if op == "MULTIPART_UPLOAD" then
-        covered = reservation.draw(a, var.uri, cost - CALC.base[op])
+    if op == "UploadPart" then
+        covered = reservation.draw(a, uri, cost - CALC.base[op])
     end
     local charge = cost + estimate + reserve - covered
     local ok, x, y = l3.acquire(a, charge)
     ctx.tg_label = id
     ctx.tg_method = method
     if not ok then
-        reservation.undraw(a, var.uri, covered)
+        reservation.undraw(a, uri, covered)
         if x == "app_disabled" then
             return response.refuse(403, x, "the app is disabled")
         end
@@ -330,7 +392,7 @@ function _M.access()
         blocked_event(headers, id, x, "tier", 429, a.guaranteed, charge)
         return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
     end
-    if reserve > 0 and not reservation.open(a, var.uri, reserve) then
+    if reserve > 0 and not reservation.open(a, uri, reserve) then
         l3.refund(a, reserve, y)
         reserve = 0
     end
@@ -352,6 +414,29 @@ end
 local function upstream_answered()
     local b = var.upstream_bytes_received
     return b ~= nil and find(b, "[1-9]") ~= nil
+end
+
+-- A request the backend refused as unauthenticated, refunded: counted by app (a bounded label),
+-- per client IP in a one-minute window of the ratelimit dict (never a label), and an event
+-- carrying the IP, that count and the access key id.
+local AUTH_WINDOW = 60
+local function auth_failed(ctx, label, method, status)
+    metrics.inc('ratelimit_auth_failures_total{app_id="' .. label .. '"}')
+    local headers = reqheaders.all(ctx.h)
+    local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], S.trusted_proxies)
+    local n = shm.dict:incr("af:" .. tostring(ip), 1, 0, AUTH_WINDOW)
+    local sampled = events.take("auth_failed", label, nil)
+    if not sampled then
+        return
+    end
+    local ua = headers["user-agent"]
+    events.push({
+        event_type = "auth_failed", severity = "warning", app_id = label,
+        ip_address = ip, user_agent = type(ua) == "string" and ua or nil,
+        endpoint = var.uri, http_method = method, request_id = var.request_id,
+        current_usage = n, action_taken = "refunded", response_code = status,
+        reason = "backend_refused_credentials", access_key_id = ctx.tg_akid or nil,
+    }, sampled)
 end
 
 local function log_request(ctx)
@@ -377,13 +462,19 @@ local function log_request(ctx)
     end
     local op = ctx.tg_op
     local cancelled = (status == 499 or status >= 500) and not upstream_answered()
-    if cancelled then
+    -- the backend refused the request as unauthenticated (forged or unknown credentials)
+    local denied = (status == 401 or status == 403) and upstream_answered()
+    if cancelled or denied then
         l3.rollback(a, ctx.tg_cost, ctx.tg_source)
         reservation.undraw(a, var.uri, ctx.tg_covered)
         if ctx.tg_reserve > 0 then
             reservation.close(a, var.uri)
         end
         metrics.request(label, method, status, nil)
+        if denied then
+            metrics.operation(op, 0)
+            auth_failed(ctx, label, method, status)
+        end
         return
     end
     local actual = 0
@@ -398,11 +489,13 @@ local function log_request(ctx)
     if ctx.tg_estimate > 0 or actual > 0 then
         reservation.settle(a, ctx.tg_estimate, actual, ctx.tg_source)
     end
-    if (op == "MULTIPART_INIT" and ctx.tg_reserve > 0 and status >= 300)
-            or ((op == "MULTIPART_COMPLETE" or op == "MULTIPART_ABORT") and status < 300) then
+    if (op == "CreateMultipartUpload" and ctx.tg_reserve > 0 and status >= 300)
+            or ((op == "CompleteMultipartUpload" or op == "AbortMultipartUpload")
+                and status < 300) then
         reservation.close(a, var.uri)
     end
     metrics.request(label, method, status, ctx.tg_total + actual)
+    metrics.operation(op, ctx.tg_total + actual)
 end
 
 function _M.log()

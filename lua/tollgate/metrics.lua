@@ -57,6 +57,11 @@ local HELP = {
     ratelimit_circuit_transitions_total = { "counter", "Breaker state changes by target state." },
     ratelimit_events_dropped_total = { "counter", "Event entries lost (queue full, Redis down)." },
     tollgate_build_info = { "gauge", "Always 1: the version of this build, by component." },
+    ratelimit_s3_operations_total = { "counter", "Admitted requests by S3 operation." },
+    ratelimit_s3_cost_total = { "counter",
+        "Tokens charged by S3 operation (after post-hoc charges and refunds)." },
+    ratelimit_auth_failures_total = { "counter",
+        "Requests the backend refused as unauthenticated (refunded), by the app charged." },
 }
 
 -- per-worker accumulators
@@ -71,6 +76,7 @@ local conn_b = {}        -- connection slot hold times
 local conn_sum, conn_n = 0, 0
 local gauge_sources = {} -- functions adding gauges read at scrape time
 local extra_blocked = {} -- app -> refusals that are not 429s (circuit breaker 503s)
+local ops_n, ops_cost = {}, {}  -- S3 operation -> admitted requests, tokens charged
 
 for i = 1, #COST_BUCKETS + 1 do cost_b[i] = 0 end
 for i = 1, #LATENCY_BUCKETS + 1 do lat_b[i] = 0 end
@@ -112,6 +118,15 @@ function _M.request(app, method, status, cost)
         cost_b[i] = cost_b[i] + 1
         cost_sum = cost_sum + cost
         cost_n = cost_n + 1
+    end
+end
+
+--- An admitted request of S3 operation `op` (a name of the bounded operation table) that was
+-- charged `cost` tokens in the end.
+function _M.operation(op, cost)
+    ops_n[op] = (ops_n[op] or 0) + 1
+    if cost and cost > 0 then
+        ops_cost[op] = (ops_cost[op] or 0) + cost
     end
 end
 
@@ -211,6 +226,13 @@ function _M.flush()
         add(series, n)
     end
     other = {}
+    for op, n in pairs(ops_n) do
+        add('ratelimit_s3_operations_total{operation="' .. op .. '"}', n)
+    end
+    for op, n in pairs(ops_cost) do
+        add('ratelimit_s3_cost_total{operation="' .. op .. '"}', n)
+    end
+    ops_n, ops_cost = {}, {}
 end
 
 local function fmt_num(v)

@@ -1,74 +1,31 @@
--- The cost calculator and the S3 operation classifier (Req 1, Property 1, DESIGN §2).
+-- The cost calculator (Req 1, Property 1, DESIGN §2); the classifier is in s3_spec.lua.
 package.path = "lua/?.lua;" .. package.path
 local cost = require("tollgate.cost")
-
-describe("classify", function()
-    local cases = {
-        { "GET", "/b/k", nil, false, "GET" },
-        { "GET", "/b/dir/k.txt", "versionId=3", false, "GET" },
-        { "HEAD", "/b/k", nil, false, "HEAD" },
-        { "GET", "/b", nil, false, "LIST" },
-        { "GET", "/b/", nil, false, "LIST" },
-        { "GET", "/", nil, false, "LIST" },
-        { "GET", "/b", "list-type=2&prefix=a", false, "LIST" },
-        { "GET", "/b", "uploads", false, "LIST" },
-        { "GET", "/b/k", "uploadId=7", false, "LIST" },
-        { "PUT", "/b/k", nil, false, "PUT" },
-        { "PUT", "/b/k", nil, true, "COPY" },
-        { "PUT", "/b/k", "partNumber=1&uploadId=x", false, "MULTIPART_UPLOAD" },
-        { "PUT", "/b/k", "uploadId=x", false, "PUT" },
-        { "POST", "/b/k", "uploads", false, "MULTIPART_INIT" },
-        { "POST", "/b/k", "uploads=", false, "MULTIPART_INIT" },
-        { "POST", "/b/k", "uploadId=x", false, "MULTIPART_COMPLETE" },
-        { "POST", "/b", "delete", false, "POST" },
-        { "POST", "/b/k", "myuploads=1", false, "POST" },
-        { "DELETE", "/b/k", nil, false, "DELETE" },
-        { "DELETE", "/b/k", "uploadId=x", false, "MULTIPART_ABORT" },
-        { "DELETE", "/b/k", "xuploadId=x", false, "DELETE" },
-        { "PATCH", "/b/k", nil, false, "PATCH" },
-        { "OPTIONS", "/b/k", nil, false, "OPTIONS" },
-    }
-    for _, c in ipairs(cases) do
-        it(c[1] .. " " .. c[2] .. "?" .. tostring(c[3]) .. " -> " .. c[5], function()
-            assert.are.equal(c[5], (cost.classify(c[1], c[2], c[3], c[4])))
-        end)
-    end
-    it("needs the path of a GET only (the handler reads $uri for GETs alone)", function()
-        for _, c in ipairs(cases) do
-            if c[1] ~= "GET" then
-                assert.are.equal(c[5], (cost.classify(c[1], nil, c[3], c[4])))
-            end
-        end
-    end)
-    it("refuses unknown methods", function()
-        for _, m in ipairs({ "FOO", "PROPFIND", "TRACE", "CONNECT", "get" }) do
-            local op, err = cost.classify(m, "/b/k", nil, false)
-            assert.is_nil(op)
-            assert.are.equal("unsupported_method", err)
-        end
-    end)
-end)
 
 describe("calculate", function()
     local calc = assert(cost.new())
     it("uses the default base costs of Req 1", function()
-        assert.are.equal(1, calc:calculate("GET", 0, 1))
-        assert.are.equal(5, calc:calculate("PUT", 0, 1))
-        assert.are.equal(5, calc:calculate("POST", 0, 1))
-        assert.are.equal(2, calc:calculate("DELETE", 0, 1))
-        assert.are.equal(3, calc:calculate("LIST", 0, 1))
-        assert.are.equal(6, calc:calculate("COPY", 0, 1))
-        assert.are.equal(8, calc:calculate("MULTIPART_COMPLETE", 0, 1))
+        assert.are.equal(1, calc:calculate("GetObject", 0, 1))
+        assert.are.equal(5, calc:calculate("PutObject", 0, 1))
+        assert.are.equal(5, calc:calculate("PostObject", 0, 1))
+        assert.are.equal(2, calc:calculate("DeleteObject", 0, 1))
+        assert.are.equal(3, calc:calculate("ListObjectsV2", 0, 1))
+        assert.are.equal(6, calc:calculate("CopyObject", 0, 1))
+        assert.are.equal(8, calc:calculate("CompleteMultipartUpload", 0, 1))
+    end)
+    it("charges DeleteObjects per key", function()
+        assert.are.equal(2 * 1000, calc:calculate("DeleteObjects", 0, 1, 1000))
+        assert.are.equal(2 * 3 + 1, calc:calculate("DeleteObjects", 100, 1, 3))
     end)
     it("charges ceil(bytes / 64 KiB) * C_bw", function()
-        assert.are.equal(5 + 1, calc:calculate("PUT", 1, 1))
-        assert.are.equal(5 + 1, calc:calculate("PUT", 65536, 1))
-        assert.are.equal(5 + 2, calc:calculate("PUT", 65537, 1))
-        assert.are.equal(5 + 6, calc:calculate("PUT", 65537, 3))
-        assert.are.equal(5, calc:calculate("PUT", 65537, 0))
+        assert.are.equal(5 + 1, calc:calculate("PutObject", 1, 1))
+        assert.are.equal(5 + 1, calc:calculate("PutObject", 65536, 1))
+        assert.are.equal(5 + 2, calc:calculate("PutObject", 65537, 1))
+        assert.are.equal(5 + 6, calc:calculate("PutObject", 65537, 3))
+        assert.are.equal(5, calc:calculate("PutObject", 65537, 0))
     end)
     it("caps at 1,000,000", function()
-        assert.are.equal(1000000, calc:calculate("PUT", 2 ^ 40, 1))
+        assert.are.equal(1000000, calc:calculate("PutObject", 2 ^ 40, 1))
         assert.are.equal(1000000 - 7, calc:bandwidth(2 ^ 40, 1, 7))
         assert.are.equal(0, calc:bandwidth(2 ^ 40, 1, 1000000))
     end)
@@ -89,11 +46,32 @@ describe("calculate", function()
         end
     end)
     it("accepts a configured cost table and rejects bad ones", function()
-        local c2 = assert(cost.new({ base = { GET = 2 }, quantum = 1024 }))
-        assert.are.equal(2 + 2, c2:calculate("GET", 1025, 1))
+        local c2 = assert(cost.new({ base = { GetObject = 2 }, quantum = 1024 }))
+        assert.are.equal(2 + 2, c2:calculate("GetObject", 1025, 1))
         assert.is_nil((cost.new({ base = { FOO = 1 } })))
         assert.is_nil((cost.new({ base = { GET = -1 } })))
         assert.is_nil((cost.new({ base = { GET = 1.5 } })))
         assert.is_nil((cost.new({ quantum = 0 })))
+    end)
+    it("sets a class's operations, then single operations over it", function()
+        local c3 = assert(cost.new({ base = { LIST = 7, ListParts = 9 } }))
+        assert.are.equal(7, c3:calculate("ListObjects", 0, 1))
+        assert.are.equal(7, c3:calculate("ListBuckets", 0, 1))
+        assert.are.equal(9, c3:calculate("ListParts", 0, 1))
+        assert.are.equal(1, c3:calculate("GetObject", 0, 1))
+    end)
+    it("parses TOLLGATE_COSTS lists", function()
+        assert.are.same({ GetObject = 2, LIST = 4 }, cost.parse_list("GetObject=2, LIST = 4"))
+        assert.are.same({}, cost.parse_list(""))
+        assert.is_nil((cost.parse_list("GetObject")))
+        assert.is_nil((cost.parse_list("GetObject=-1")))
+        assert.is_nil((cost.parse_list("GetObject=1.5")))
+        assert.is_nil((cost.parse_list("GetObject=1,,")))
+    end)
+    it("has a cost class for every operation", function()
+        for _, op in ipairs(cost.OPS) do
+            assert.is_string(cost.CLASS_OF[op], op)
+            assert.is_number(cost.DEFAULT_BASE[op], op)
+        end
     end)
 end)

@@ -72,7 +72,7 @@ describe("settings", function()
     it("documents every entry", function()
         for _, e in ipairs(settings.SCHEMA) do
             assert.truthy(e.key and e.kind and e.doc, tostring(e.key))
-            assert.truthy(e.env == nil or e.env:match("^TOLLGATE_[A-Z_]+$"), e.key)
+            assert.truthy(e.env == nil or e.env:match("^TOLLGATE_[A-Z0-9_]+$"), e.key)
         end
     end)
 end)

@@ -3,7 +3,7 @@ local cjson = require("cjson.safe")
 local config = require("tollgate.config.apps")
 local shm = require("tollgate.shm")
 local l3 = require("tollgate.lease.bucket")
-local cost = require("tollgate.cost")
+local s3 = require("tollgate.s3")
 local handler = require("tollgate.handler")
 
 local dict = shm.dict
@@ -97,7 +97,9 @@ end
 
 function actions.cost()
     local args = ngx.req.get_uri_args()
-    local op, err = cost.classify(args.method, args.path, args.query, args.copy == "1")
+    local bucket, key = s3.address(nil, args.path)
+    local op, err = s3.operation(args.method, bucket == nil and "service" or key == nil and "bucket"
+        or "object", args.query, args.copy == "1")
     if not op then
         return reply({ error = err })
     end

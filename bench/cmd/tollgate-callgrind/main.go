@@ -64,6 +64,8 @@ type config struct {
 	rules    string
 	ruleAlg  string
 	keep     string
+	method   string // GET (the 1 KiB object) or PUT (1 KiB uploads)
+	auth     string // header (X-App-Id) or sigv4 (an S3 access key mapped to the app)
 }
 
 // row is one variant's instructions per request: in total and inside the phases that
@@ -90,6 +92,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.warmup, "warmup", 3000, "requests before the counters are reset")
 	fs.StringVar(&cfg.rules, "rules", "", "comma-separated rule counts: extra (b) variants with active rules")
 	fs.StringVar(&cfg.ruleAlg, "rule-alg", "", "with -rules: every rule a node rule of this algorithm")
+	fs.StringVar(&cfg.method, "method", "GET", "GET (the 1 KiB object) or PUT (1 KiB uploads)")
+	fs.StringVar(&cfg.auth, "auth", "header", "header (X-App-Id) or sigv4 (a SigV4 Authorization whose access key maps to the app)")
 	fs.StringVar(&cfg.keep, "keep", "", "copy each variant's dump to DIR/<variant>.callgrind (for callgrind_annotate)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -99,6 +103,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.requests < 100 || cfg.warmup < 0 {
 		return fmt.Errorf("-n must be >= 100 and -warmup >= 0")
+	}
+	if cfg.method != "GET" && cfg.method != "PUT" {
+		return fmt.Errorf("-method must be GET or PUT")
+	}
+	if cfg.auth != "header" && cfg.auth != "sigv4" {
+		return fmt.Errorf("-auth must be header or sigv4")
 	}
 	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate", "curl",
 		"nginx", "redis-server"} {
@@ -125,6 +135,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	defer r.Stop()
 	if err := redisenv.Seed(ctx, r.Client()); err != nil {
+		return err
+	}
+	if err := r.Client().HSet(ctx, keys.AccessKeys(), benchAccessKey, redisenv.AppID).Err(); err != nil {
 		return err
 	}
 	var rows []row
@@ -242,9 +255,14 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 	}
 	defer p.Stop(syscall.SIGQUIT, 20*time.Second)
 	url := "http://127.0.0.1:" + strconv.Itoa(listen) + nginxenv.ObjectPath
+	probe := url
+	if cfg.method == "PUT" {
+		url = "http://127.0.0.1:" + strconv.Itoa(listen) + nginxenv.UploadPath
+	}
 	ok := func(ctx context.Context) (bool, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		req.Header.Set(nginxenv.AppHeader, redisenv.AppID)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
+		name, value := authHeader(cfg.auth)
+		req.Header.Set(name, value)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false, err
@@ -256,14 +274,14 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 	if err := p.Poll(ctx, 2*time.Minute, 200*time.Millisecond, ok); err != nil {
 		return row{}, fmt.Errorf("not answering 200 under valgrind: %w\n%s", err, p.Output())
 	}
-	if err := curl(prefix, url, cfg.warmup); err != nil {
+	if err := curl(prefix, url, cfg, cfg.warmup); err != nil {
 		return row{}, err
 	}
 	pid := strconv.Itoa(p.PID())
 	if b, err := exec.Command("callgrind_control", "-z", pid).CombinedOutput(); err != nil {
 		return row{}, fmt.Errorf("callgrind_control -z: %w: %s", err, b)
 	}
-	if err := curl(prefix, url, cfg.requests); err != nil {
+	if err := curl(prefix, url, cfg, cfg.requests); err != nil {
 		return row{}, err
 	}
 	if b, err := exec.Command("callgrind_control", "-d", pid).CombinedOutput(); err != nil {
@@ -293,20 +311,45 @@ func keepDump(dump, dir, name string) error {
 	return os.WriteFile(filepath.Join(dir, name+".callgrind"), b, 0o644)
 }
 
-// curl sends n keep-alive requests over one connection (curl -K with n URLs).
-func curl(prefix, url string, n int) error {
+// benchAccessKey is the S3 access key id of the bench app (-auth sigv4).
+const benchAccessKey = "AKIABENCHEXAMPLE0001"
+
+// authHeader is the header identifying the bench app: X-App-Id, or a SigV4 Authorization (its
+// signature is not checked by tollgate, and the bench backend checks none).
+func authHeader(auth string) (string, string) {
+	if auth == "sigv4" {
+		return "Authorization", "AWS4-HMAC-SHA256 Credential=" + benchAccessKey +
+			"/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, " +
+			"Signature=" + strings.Repeat("5d", 32)
+	}
+	return nginxenv.AppHeader, redisenv.AppID
+}
+
+// curl sends n keep-alive requests over one connection (curl -K with n URLs); PUTs upload a
+// 1 KiB body each.
+func curl(prefix, url string, cfg config, n int) error {
 	if n == 0 {
 		return nil
+	}
+	body := filepath.Join(prefix, "body")
+	if cfg.method == "PUT" {
+		if err := os.WriteFile(body, bytes.Repeat([]byte("u"), 1024), 0o644); err != nil {
+			return err
+		}
 	}
 	var b strings.Builder
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&b, "url = %q\noutput = \"/dev/null\"\n", url)
+		if cfg.method == "PUT" {
+			fmt.Fprintf(&b, "upload-file = %q\n", body)
+		}
 	}
 	list := filepath.Join(prefix, "urls.txt")
 	if err := os.WriteFile(list, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	out, err := exec.Command("curl", "-sS", "--fail", "-H", nginxenv.AppHeader+": "+redisenv.AppID,
+	name, value := authHeader(cfg.auth)
+	out, err := exec.Command("curl", "-sS", "--fail", "-H", name+": "+value,
 		"-K", list).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("curl: %w: %s", err, out)

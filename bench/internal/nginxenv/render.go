@@ -17,6 +17,8 @@ var templateFS embed.FS
 // ObjectPath is the object every request fetches; ObjectSize is its size in bytes.
 const (
 	ObjectPath = "/bucket/obj"
+	// UploadPath is where the callgrind tool's -method PUT uploads go.
+	UploadPath = "/upload/obj"
 	ObjectSize = 1024
 )
 

@@ -19,7 +19,8 @@ const (
 )
 
 // EventTypes are the event_type values of contract §5.
-var EventTypes = []string{"request_blocked", "rule_triggered", "threshold_exceeded", "circuit_opened", "circuit_closed"}
+// auth_failed: the backend refused a request as unauthenticated and the gateway refunded it.
+var EventTypes = []string{"request_blocked", "rule_triggered", "threshold_exceeded", "circuit_opened", "circuit_closed", "auth_failed"}
 
 // ErrBadCursor: the cursor is not a stream id.
 var ErrBadCursor = streampage.ErrBadCursor
@@ -48,7 +49,7 @@ type EventPage struct {
 var eventStrings = map[string]int{
 	"event_type": 64, "severity": 16, "app_id": 128, "user_id": 256, "ip_address": 64,
 	"user_agent": 256, "endpoint": 512, "http_method": 16, "request_id": 64, "rule_id": 128,
-	"rule_type": 32, "action_taken": 32, "node_id": 128, "reason": 64,
+	"rule_type": 32, "action_taken": 32, "node_id": 128, "reason": 64, "access_key_id": 128,
 }
 
 var eventNumbers = []string{"limit_value", "current_usage", "response_code", "response_time_ms", "sampled", "created_at"}

@@ -117,6 +117,15 @@ function _M.cached(id)
     return cache[id] or nil
 end
 
+--- true when this worker's per-generation caches follow the current config generation (a
+-- plain read of the generation's mirror when it has one).
+function _M.current()
+    if gpage then
+        return gpage[0] == (cache_version or NONE)
+    end
+    return get_generation() == cache_version
+end
+
 --- Bring this worker's per-generation caches up to the current config generation (the request
 -- path does it through cached() and app()). Returns the generation, nil when no config was
 -- ever loaded.
@@ -200,6 +209,11 @@ function _M.reload(red)
         return nil, berr
     end
     bad = bad + bbad
+    local ibad, ierr = require("tollgate.identity").reload(red)
+    if not ibad then
+        return nil, ierr
+    end
+    bad = bad + ibad
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end

@@ -1,5 +1,10 @@
--- Rejections: the JSON body and headers of DESIGN §5 (seed 000 "HTTP 响应格式").
+-- Rejections: the JSON body and headers of DESIGN §5 (seed 000 "HTTP 响应格式"), or S3's XML
+-- error dialect for requests that carry S3 credentials (every request with
+-- TOLLGATE_ERROR_FORMAT=s3): <Error><Code>SlowDown</Code>... with X-Tollgate-Reason.
 local cjson = require("cjson.safe")
+local s3 = require("tollgate.s3")
+local identity = require("tollgate.identity")
+local reqstate = require("tollgate.request.state")
 
 local header = ngx.header
 local exit = ngx.exit
@@ -9,7 +14,61 @@ local now = ngx.now
 
 local _M = {}
 
+-- S3 codes of tollgate's refusal reasons other than throttling (status, code, message)
+local S3_CODES = {
+    app_disabled = { 403, "AccessDenied", "Access Denied" },
+    unknown_app = { 403, "AccessDenied", "Access Denied" },
+    missing_app_id = { 403, "AccessDenied", "Access Denied" },
+    invalid_access_key = { 403, "InvalidAccessKeyId",
+        "The AWS Access Key Id you provided does not exist in our records." },
+    unknown_access_key = { 403, "InvalidAccessKeyId",
+        "The AWS Access Key Id you provided does not exist in our records." },
+    unsupported_method = { 405, "MethodNotAllowed",
+        "The specified method is not allowed against this resource." },
+    circuit_open = { 503, "ServiceUnavailable", "Please reduce your request rate." },
+}
+local SLOWDOWN = "Please reduce your request rate."
+
+-- true when the current request is answered in S3's dialect
+local function s3_dialect()
+    if identity.ERROR_S3 then
+        return true
+    end
+    local st = reqstate.current()
+    return st ~= nil and st.tg_s3 == true
+end
+
+local function send_s3(status, code, message, reason, extra)
+    ngx.status = status
+    header["Content-Type"] = "application/xml"
+    header["Cache-Control"] = "no-store"
+    header["X-Tollgate-Reason"] = reason
+    say(s3.error_xml(code, message, ngx.var.uri, ngx.var.request_id, extra))
+    return exit(status)
+end
+
 local function send(status, body)
+    if s3_dialect() then
+        local c = S3_CODES[body.reason]
+        if c then
+            local extra
+            if c[2] == "InvalidAccessKeyId" then
+                local st = reqstate.current()
+                if st and st.tg_akid then
+                    extra = { { "AWSAccessKeyId", st.tg_akid } }
+                end
+            end
+            return send_s3(c[1], c[2], c[3], body.reason, extra)
+        end
+        if status == 429 then
+            if body.rule_id then
+                header["X-Tollgate-Rule"] = body.rule_id
+            end
+            return send_s3(identity.THROTTLE_STATUS, "SlowDown", SLOWDOWN, body.reason)
+        end
+        return send_s3(status, status == 403 and "AccessDenied" or "InvalidArgument",
+            body.message or body.reason, body.reason)
+    end
     ngx.status = status
     header["Content-Type"] = "application/json"
     header["Cache-Control"] = "no-store"

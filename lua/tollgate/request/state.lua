@@ -30,7 +30,9 @@ local _M = {}
 _M.FIELDS = {
     -- handler
     "tg_label", "tg_method", "tg_app", "tg_cost", "tg_total", "tg_covered", "tg_estimate",
-    "tg_reserve", "tg_chunked", "tg_op", "tg_source",
+    "tg_reserve", "tg_chunked", "tg_op", "tg_source", "tg_akid",
+    -- identity: the request carries S3 credentials (refusals in S3's dialect)
+    "tg_s3",
     -- connlimit
     "tg_conn", "tg_conn_rid", "tg_conn_e",
     -- breaker
@@ -86,6 +88,16 @@ function _M.take()
     live[k] = nil
     if st.started ~= tonumber(C.ngx_http_lua_ffi_req_start_time(r)) then
         _M.release(st)      -- left behind by an earlier request at this address
+        return nil
+    end
+    return st
+end
+
+--- The current request's state without taking it out (refusals read its fields), or nil.
+function _M.current()
+    local r = get_request()
+    local st = live[address(r)]
+    if st == nil or st.started ~= tonumber(C.ngx_http_lua_ffi_req_start_time(r)) then
         return nil
     end
     return st

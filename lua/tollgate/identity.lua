@@ -1,0 +1,299 @@
+-- Whom a request is charged to: the sources of TOLLGATE_APP_SOURCES in order (S3 credentials,
+-- the app header, an nginx variable), then the bucket's owner for anonymous requests. Also the
+-- S3 settings of the gateway (addressing domains, error dialect) and the maps Redis holds for
+-- them: `ratelimit:access_keys` (access key id -> app) and `ratelimit:buckets` (bucket -> app),
+-- loaded into config_dict with the app configs and looked up through app_of_key() and
+-- app_of_bucket() alone (so that a later version can fetch keys on demand instead).
+local s3 = require("tollgate.s3")
+local keys = require("tollgate.keys")
+local ipmatch = require("tollgate.request.ipmatch")
+local hashload = require("tollgate.config.hashload")
+local reqheaders = require("tollgate.request.headers")
+
+local type = type
+local tonumber = tonumber
+local find = string.find
+local lower = string.lower
+local var = ngx.var
+local cdict = ngx.shared.config_dict
+
+local _M = {}
+
+local KEY, HEADER, VAR = 1, 2, 3
+local SOURCES = {}          -- array of {kind, name}
+local NSOURCES = 0
+local TRUSTED_ONLY = false
+local TRUSTED = {}
+local DEFAULT_APP
+local app_header_lc, app_header
+local FORM_MAX = 65536       -- bytes of a browser POST form read for its credential fields
+
+_M.DOMAINS = {}
+_M.ERROR_S3 = false          -- TOLLGATE_ERROR_FORMAT=s3: every refusal in S3's dialect
+_M.THROTTLE_STATUS = 503
+_M.DELETE_MAX = 2 * 1048576  -- bytes of a DeleteObjects body read to count its keys
+
+local function split(s)
+    local out = {}
+    for item in s:gmatch("[^,]+") do
+        item = item:match("^%s*(.-)%s*$")
+        if item ~= "" then
+            out[#out + 1] = item
+        end
+    end
+    return out
+end
+
+--- Take the identity settings of s (tollgate.settings: app_sources, app_header_from,
+-- default_app, s3_domains, error_format, s3_throttle_status, app_header, trusted_proxies);
+-- error() on bad values (nginx refuses to start).
+function _M.configure(s)
+    app_header = s.app_header
+    app_header_lc = lower(app_header)
+    TRUSTED = s.trusted_proxies or {}
+    local src = s.app_sources or "s3_access_key,header"
+    SOURCES, NSOURCES = {}, 0
+    local seen = {}
+    for _, name in ipairs(split(src)) do
+        local kind, arg
+        if name == "s3_access_key" then
+            kind = KEY
+        elseif name == "header" then
+            kind = HEADER
+        else
+            arg = name:match("^var:([%w_]+)$")
+            if not arg then
+                error("TOLLGATE_APP_SOURCES: unknown source '" .. name .. "' (s3_access_key, "
+                    .. "header, var:<nginx variable>)", 0)
+            end
+            kind = VAR
+        end
+        if seen[name] then
+            error("TOLLGATE_APP_SOURCES: source '" .. name .. "' listed twice", 0)
+        end
+        seen[name] = true
+        NSOURCES = NSOURCES + 1
+        SOURCES[NSOURCES] = { kind, arg }
+    end
+    if NSOURCES == 0 then
+        error("TOLLGATE_APP_SOURCES must name at least one source", 0)
+    end
+    TRUSTED_ONLY = s.app_header_from == "trusted"
+    if TRUSTED_ONLY and #TRUSTED == 0 then
+        error("TOLLGATE_APP_HEADER_FROM=trusted needs TOLLGATE_TRUSTED_PROXIES", 0)
+    end
+    DEFAULT_APP = s.default_app
+    local domains = {}
+    for _, d in ipairs(split(s.s3_domains or "")) do
+        d = lower(d)
+        if not d:match("^[%w][%w%.%-]*$") or find(d, "..", 1, true) then
+            error("TOLLGATE_S3_DOMAINS: bad domain '" .. d .. "'", 0)
+        end
+        domains[#domains + 1] = d
+    end
+    _M.DOMAINS = domains
+    _M.ERROR_S3 = s.error_format == "s3"
+    _M.THROTTLE_STATUS = tonumber(s.s3_throttle_status) or 503
+    return _M
+end
+
+--- The request headers identity reads (besides the app header).
+function _M.headers()
+    local h = { "authorization" }
+    if _M.DOMAINS[1] then
+        h[#h + 1] = "host"
+    end
+    return h
+end
+
+-- Per-worker caches of the two maps, dropped on every new config generation.
+local key_cache, bucket_cache = {}, {}
+local key_n = 0
+local CACHE_MAX = 20000
+
+--- config.on_generation hook.
+function _M.flush()
+    key_cache, bucket_cache, key_n = {}, {}, 0
+end
+
+--- The app of access key id `akid` (a valid key): app id, or false when the key is unknown.
+-- The one place a key is resolved: today a read of the map loaded into config_dict.
+local function app_of_key(akid)
+    local a = key_cache[akid]
+    if a ~= nil then
+        return a
+    end
+    a = cdict:get("ak:" .. akid) or false
+    if key_n >= CACHE_MAX then
+        key_cache, key_n = {}, 0
+    end
+    key_cache[akid] = a
+    key_n = key_n + 1
+    return a
+end
+_M.app_of_key = app_of_key
+
+--- The app owning `bucket`, or false.
+local function app_of_bucket(bucket)
+    local a = bucket_cache[bucket]
+    if a ~= nil then
+        return a
+    end
+    a = cdict:get("bk:" .. bucket) or false
+    if key_n >= CACHE_MAX then
+        bucket_cache, key_n = {}, 0
+    end
+    bucket_cache[bucket] = a
+    key_n = key_n + 1
+    return a
+end
+_M.app_of_bucket = app_of_bucket
+
+local function valid_bucket(b)
+    return type(b) == "string" and #b >= 1 and #b <= 255 and not find(b, "[^%w%.%-_]")
+end
+_M.valid_bucket = valid_bucket
+
+-- Load hash `key` into config_dict under `prefix`: field checked by valid_field, value an app
+-- id. Entries that do not check out are skipped and counted. Returns the count or nil, err.
+local function load_map(red, key, prefix, valid_field)
+    local fresh, bad = {}, 0
+    local ok, err = hashload.each(red, key, function(field, app)
+        if valid_field(field) and keys.valid_id(app) then
+            fresh[field] = app
+        else
+            bad = bad + 1
+            ngx.log(ngx.ERR, "tollgate: bad entry in ", key, " (field of ", #field,
+                " bytes), skipped")
+        end
+    end)
+    if not ok then
+        return nil, err
+    end
+    local plen = #prefix
+    for _, k in ipairs(cdict:get_keys(0)) do
+        if k:sub(1, plen) == prefix and not fresh[k:sub(plen + 1)] then
+            cdict:delete(k)
+        end
+    end
+    for field, app in pairs(fresh) do
+        local sok, serr = cdict:safe_set(prefix .. field, app)
+        if not sok then
+            return nil, "config_dict: " .. tostring(serr)
+        end
+    end
+    return bad
+end
+
+--- Load both maps from Redis into config_dict (config reload). Returns bad entries or nil, err.
+function _M.reload(red)
+    local b1, err = load_map(red, keys.access_keys(), "ak:", s3.valid_key)
+    if not b1 then
+        return nil, err
+    end
+    local b2, err2 = load_map(red, keys.buckets(), "bk:", valid_bucket)
+    if not b2 then
+        return nil, err2
+    end
+    return b1 + b2
+end
+
+-- Credentials of a browser POST upload: the form fields before the file. nginx buffers a
+-- request body before proxying it by default (proxy_request_buffering on), so reading it here
+-- adds the parse of its first FORM_MAX bytes alone.
+local function form_key(headers)
+    -- Content-Type is not among the headers read for every request: only this one needs it
+    local boundary = s3.form_boundary(reqheaders.all(headers)["content-type"])
+    if not boundary then
+        return nil
+    end
+    ngx.req.read_body()
+    local body = ngx.req.get_body_data()
+    if not body then
+        local path = ngx.req.get_body_file()
+        if not path then
+            return nil
+        end
+        local f = io.open(path, "rb")
+        if not f then
+            return nil
+        end
+        body = f:read(FORM_MAX)
+        f:close()
+    elseif #body > FORM_MAX then
+        body = body:sub(1, FORM_MAX)
+    end
+    return s3.from_form(body, boundary)
+end
+
+--- The S3 credentials of a request: access key id and its form, or nil.
+function _M.credentials(headers, q, op)
+    local auth = headers.authorization
+    if type(auth) == "table" then
+        auth = auth[1]
+    end
+    local akid, how = s3.from_authorization(auth)
+    if akid == nil and q then
+        akid, how = s3.from_query(q)
+    end
+    if akid == nil and op == "PostObject" then
+        akid, how = form_key(headers)
+    end
+    return akid, how
+end
+
+--- Whom to charge (vbucket: the bucket of a virtual-hosted request, uri: $uri). Returns app
+-- id, access key id (nil without credentials); or nil, reason,
+-- access key id for a request to refuse. Reasons: unknown_access_key, invalid_access_key,
+-- duplicate_app_id, missing_app_id. Sets ctx.tg_s3 for requests with S3 credentials.
+function _M.identify(ctx, headers, q, op, vbucket, uri)
+    for i = 1, NSOURCES do
+        local src = SOURCES[i]
+        local kind = src[1]
+        if kind == KEY then
+            local akid = _M.credentials(headers, q, op)
+            if akid ~= nil then
+                ctx.tg_s3 = true
+                if not s3.valid_key(akid) then
+                    return nil, "invalid_access_key", nil
+                end
+                local app = app_of_key(akid)
+                if app then
+                    return app, akid
+                end
+                if DEFAULT_APP then
+                    return DEFAULT_APP, akid
+                end
+                return nil, "unknown_access_key", akid
+            end
+        elseif kind == HEADER then
+            local v = headers[app_header_lc]
+            if v ~= nil and (not TRUSTED_ONLY
+                    or ipmatch.any(TRUSTED, ipmatch.parse(var.remote_addr) or "")) then
+                if type(v) == "table" then
+                    return nil, "duplicate_app_id"
+                end
+                return v
+            end
+        else
+            local v = var[src[2]]
+            if v ~= nil and v ~= "" then
+                return v
+            end
+        end
+    end
+    local bucket = s3.address(vbucket, uri)     -- anonymous: the bucket's owner, if any
+    if bucket ~= nil and valid_bucket(bucket) then
+        local app = app_of_bucket(bucket)
+        if app then
+            return app
+        end
+    end
+    return nil, "missing_app_id"
+end
+
+function _M.app_header()
+    return app_header
+end
+
+return _M

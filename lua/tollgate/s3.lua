@@ -1,0 +1,430 @@
+-- S3 request parsing, pure Lua (no ngx): the access key id of a request's credentials, the
+-- bucket of either addressing style, the S3 operation, the key count of a DeleteObjects body
+-- and the S3 XML error body. tollgate reads credentials to know whom to charge; it never checks
+-- a signature (the backend does).
+local find = string.find
+local sub = string.sub
+local byte = string.byte
+local lower = string.lower
+local gsub = string.gsub
+local char = string.char
+local tonumber = tonumber
+local type = type
+
+local _M = {}
+
+local AMP = byte("&")
+local EQ = byte("=")
+local SLASH = byte("/")
+local COLON = byte(":")
+local COMMA = byte(",")
+
+--- true for an access key id tollgate accepts: AWS-style (AKIA..., 16-128 alphanumerics) and
+-- MinIO/Ceph-style keys (3-128 printable ASCII characters without '/', ',' or whitespace); the
+-- first form is a case of the second. A byte loop, not a pattern: LuaJIT compiles it (a
+-- pattern match would leave the request path's trace to the interpreter).
+function _M.valid_key(k)
+    if type(k) ~= "string" then
+        return false
+    end
+    local n = #k
+    if n < 3 or n > 128 then
+        return false
+    end
+    for i = 1, n do
+        local b = byte(k, i)
+        if b < 33 or b > 126 or b == SLASH or b == COMMA then
+            return false
+        end
+    end
+    return true
+end
+
+local function hexval(c)
+    return tonumber(c, 16)
+end
+
+--- Percent-decoding of a query value ('+' is a space, as in forms).
+local function unescape(s)
+    if not find(s, "%", 1, true) and not find(s, "+", 1, true) then
+        return s
+    end
+    s = gsub(s, "+", " ")
+    return (gsub(s, "%%(%x%x)", function(h) return char(hexval(h)) end))
+end
+_M.unescape = unescape
+
+--- The raw value of query parameter `name` (nil when absent, "" when it has no value).
+local function arg(q, name)
+    if not q or q == "" then
+        return nil
+    end
+    local n = #name
+    local init = 1
+    while true do
+        local s, e = find(q, name, init, true)
+        if not s then
+            return nil
+        end
+        if s == 1 or byte(q, s - 1) == AMP then
+            local after = byte(q, e + 1)
+            if after == nil or after == AMP then
+                return ""
+            end
+            if after == EQ then
+                local stop = find(q, "&", e + 2, true)
+                return sub(q, e + 2, (stop or #q + 1) - 1)
+            end
+        end
+        init = s + n
+    end
+end
+_M.arg = arg
+
+-- The access key id of a Credential value "AKID/date/region/s3/aws4_request" (decoded).
+local function credential_key(v)
+    local slash = find(v, "/", 1, true)
+    if not slash then
+        return nil
+    end
+    return sub(v, 1, slash - 1)
+end
+
+--- The access key id of an Authorization header, the form ("v4", "v2") and nil; or nil when
+-- the header carries no S3 credentials (plain finds only: see valid_key).
+--   SigV4:  AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/aws4_request, ...
+--   SigV4a: AWS4-ECDSA-P256-SHA256 Credential=AKID/20130524/s3/aws4_request, ...
+--   SigV2:  AWS AKID:signature
+function _M.from_authorization(h)
+    if type(h) ~= "string" or byte(h, 1) ~= 65 or byte(h, 2) ~= 87 or byte(h, 3) ~= 83 then
+        return nil                                  -- not "AWS..."
+    end
+    local b4 = byte(h, 4)
+    if b4 == 52 and byte(h, 5) == 45 then           -- "AWS4-"
+        local _, e = find(h, "Credential=", 6, true)
+        if not e then
+            return nil
+        end
+        local slash = find(h, "/", e + 1, true)
+        if not slash then
+            return nil
+        end
+        return sub(h, e + 1, slash - 1), "v4"
+    end
+    if b4 == 32 then                                -- "AWS "
+        -- the signature (base64) has no ':', the key id is everything before the last one
+        for i = #h, 5, -1 do
+            if byte(h, i) == COLON then
+                return sub(h, 5, i - 1), "v2"
+            end
+        end
+    end
+    return nil
+end
+
+--- The access key id of a presigned URL's query ("v4" X-Amz-Credential, "v2" AWSAccessKeyId).
+function _M.from_query(q)
+    if not q or q == "" then
+        return nil
+    end
+    local v = arg(q, "X-Amz-Credential")
+    if v then
+        local cut = find(v, "%2F", 1, true) or find(v, "%2f", 1, true) or find(v, "/", 1, true)
+        if not cut then
+            return nil
+        end
+        return unescape(sub(v, 1, cut - 1)), "presigned-v4"
+    end
+    v = arg(q, "AWSAccessKeyId")
+    if v then
+        return unescape(v), "presigned-v2"
+    end
+    return nil
+end
+
+--- The boundary of a multipart/form-data Content-Type, nil for any other type.
+function _M.form_boundary(ct)
+    if type(ct) ~= "string" or lower(sub(ct, 1, 19)) ~= "multipart/form-data" then
+        return nil
+    end
+    local _, e = find(lower(ct), "boundary=", 20, true)
+    if not e then
+        return nil
+    end
+    local b = sub(ct, e + 1)
+    if byte(b, 1) == 34 then            -- quoted
+        local q = find(b, '"', 2, true)
+        b = q and sub(b, 2, q - 1) or nil
+    else
+        local stop = find(b, "[;%s]")
+        if stop then
+            b = sub(b, 1, stop - 1)
+        end
+    end
+    if not b or b == "" or #b > 70 then
+        return nil
+    end
+    return b
+end
+
+--- The access key id of a browser POST upload's form fields (X-Amz-Credential for SigV4,
+-- AWSAccessKeyId for SigV2) found in `body`, the first bytes of a multipart/form-data body with
+-- `boundary`. S3 puts the file last, so the fields come first.
+function _M.from_form(body, boundary)
+    if type(body) ~= "string" or not boundary then
+        return nil
+    end
+    local delim = "--" .. boundary
+    local pos = 1
+    while true do
+        local s, e = find(body, delim, pos, true)
+        if not s then
+            return nil
+        end
+        local hend = find(body, "\r\n\r\n", e, true)
+        if not hend then
+            return nil
+        end
+        local head = lower(sub(body, e + 1, hend))
+        local name = head:match('name="([^"]*)"')
+        local vend = find(body, "\r\n" .. delim, hend + 4, true)
+        if name == "file" or not vend then
+            return nil                  -- fields after the file are ignored by S3
+        end
+        if name == "x-amz-credential" then
+            return credential_key(sub(body, hend + 4, vend - 1)), "post-v4"
+        elseif name == "awsaccesskeyid" then
+            return sub(body, hend + 4, vend - 1), "post-v2"
+        end
+        pos = vend + 2
+    end
+end
+
+--- The domain a Host header's bucket is relative to. domains: array of lower-case domains.
+-- Returns the bucket of a virtual-hosted request ("bkt" of "bkt.s3.localhost:8080"), or nil
+-- for a path-style one.
+function _M.vhost_bucket(host, domains)
+    if type(host) ~= "string" or not domains or not domains[1] then
+        return nil
+    end
+    local colon = find(host, ":", 1, true)
+    if colon then
+        host = sub(host, 1, colon - 1)
+    end
+    host = lower(host)
+    local n = #host
+    for i = 1, #domains do
+        local d = domains[i]
+        local dn = #d
+        if n > dn + 1 and byte(host, n - dn) == 46 and sub(host, n - dn + 1) == d then
+            return sub(host, 1, n - dn - 1)
+        end
+    end
+    return nil
+end
+
+--- The level a request addresses: "service" (no bucket: ListBuckets), "bucket" or "object"
+-- (the same answer as address(), without creating the bucket's and key's strings).
+function _M.level(vbucket, path)
+    if vbucket then
+        return (path == "/" or path == "" or path == nil) and "bucket" or "object"
+    end
+    if path == nil or path == "/" or path == "" then
+        return "service"
+    end
+    local start = byte(path, 1) == SLASH and 2 or 1
+    local slash = find(path, "/", start, true)
+    if slash == nil or slash == #path then
+        return "bucket"
+    end
+    return "object"
+end
+
+--- Bucket and key of a request: vbucket (from vhost_bucket) or the first path segment.
+-- Returns bucket (nil for the service: ListBuckets), key (nil at bucket level).
+function _M.address(vbucket, path)
+    path = path or "/"
+    if vbucket then
+        if path == "/" or path == "" then
+            return vbucket, nil
+        end
+        return vbucket, sub(path, byte(path, 1) == SLASH and 2 or 1)
+    end
+    if path == "/" or path == "" then
+        return nil, nil
+    end
+    local start = byte(path, 1) == SLASH and 2 or 1
+    local slash = find(path, "/", start, true)
+    if not slash then
+        return sub(path, start), nil
+    end
+    local key = sub(path, slash + 1)
+    return sub(path, start, slash - 1), key ~= "" and key or nil
+end
+
+-- Sub-resources of buckets and objects that are configuration, priced as metadata operations.
+local SUBRESOURCES = {
+    "acl", "tagging", "policy", "versioning", "lifecycle", "cors", "location", "website",
+    "logging", "notification", "replication", "encryption", "object-lock", "retention",
+    "legal-hold", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
+    "analytics", "inventory", "metrics", "intelligent-tiering", "policyStatus", "torrent",
+    "attributes",
+}
+_M.SUBRESOURCES = SUBRESOURCES
+
+local function has(q, name)
+    return arg(q, name) ~= nil
+end
+
+local function subresource(q)
+    if not q or q == "" then
+        return false
+    end
+    for i = 1, #SUBRESOURCES do
+        if has(q, SUBRESOURCES[i]) then
+            return true
+        end
+    end
+    return false
+end
+_M.subresource = subresource
+
+--- The S3 operation of a request. Parameters that name an operation whatever the path
+-- (uploadId, uploads, partNumber, list-type, delete, select, restore) decide first; the level
+-- and the sub-resources decide the rest.
+-- @param method string HTTP method (upper case)
+-- @param level string "service" (no bucket), "bucket" or "object"
+-- @param q string|nil raw query string
+-- @param copy_source boolean the request carries x-amz-copy-source
+-- @return op name, or nil and "unsupported_method"
+function _M.operation(method, level, q, copy_source)
+    if method == "GET" then
+        if q then
+            if has(q, "uploadId") then
+                return "ListParts"
+            end
+            if has(q, "uploads") then
+                return "ListMultipartUploads"
+            end
+            if has(q, "list-type") then
+                return "ListObjectsV2"
+            end
+        end
+        if level == "object" then
+            if q and subresource(q) then
+                return "GetObjectMetadata"
+            end
+            return "GetObject"
+        end
+        if level == "service" then
+            return "ListBuckets"
+        end
+        if q then
+            if has(q, "versions") then
+                return "ListObjectVersions"
+            end
+            if subresource(q) then
+                return "GetBucketMetadata"
+            end
+        end
+        return "ListObjects"
+    elseif method == "HEAD" then
+        return level == "object" and "HeadObject" or "HeadBucket"
+    elseif method == "PUT" then
+        if q and has(q, "partNumber") and has(q, "uploadId") then
+            return copy_source and "UploadPartCopy" or "UploadPart"
+        end
+        if copy_source then
+            return "CopyObject"
+        end
+        if q and subresource(q) then
+            return level == "object" and "PutObjectMetadata" or "PutBucketMetadata"
+        end
+        return level == "object" and "PutObject" or "CreateBucket"
+    elseif method == "POST" then
+        if q then
+            if has(q, "uploads") then
+                return "CreateMultipartUpload"
+            end
+            if has(q, "uploadId") then
+                return "CompleteMultipartUpload"
+            end
+            if has(q, "delete") then
+                return "DeleteObjects"
+            end
+            if has(q, "select") then
+                return "SelectObjectContent"
+            end
+            if has(q, "restore") then
+                return "RestoreObject"
+            end
+        end
+        return "PostObject"
+    elseif method == "DELETE" then
+        if q then
+            if has(q, "uploadId") then
+                return "AbortMultipartUpload"
+            end
+            if subresource(q) then
+                return level == "object" and "DeleteObjectMetadata" or "DeleteBucketMetadata"
+            end
+        end
+        return level == "object" and "DeleteObject" or "DeleteBucket"
+    elseif method == "OPTIONS" then
+        return "Options"
+    elseif method == "PATCH" then
+        return "Patch"
+    end
+    return nil, "unsupported_method"
+end
+
+--- Number of <Object> elements of a DeleteObjects body (the keys it deletes).
+function _M.count_objects(body)
+    if type(body) ~= "string" then
+        return 0
+    end
+    local n, pos = 0, 1
+    while true do
+        local s = find(body, "<Object>", pos, true)
+        if not s then
+            return n
+        end
+        n = n + 1
+        pos = s + 8
+    end
+end
+
+local XML_ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",
+                  ["'"] = "&apos;" }
+
+local function xml_escape(s)
+    return (gsub(s, "[&<>\"']", XML_ESC))
+end
+_M.xml_escape = xml_escape
+
+--- The S3 XML error body: code, message, resource, request id (and extra elements as an
+-- array of {name, value} pairs, e.g. {"AWSAccessKeyId", key}).
+function _M.error_xml(code, message, resource, request_id, extra)
+    local parts = { '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>', code,
+                    "</Code><Message>", xml_escape(message or ""), "</Message>" }
+    if extra then
+        for i = 1, #extra do
+            local e = extra[i]
+            parts[#parts + 1] = "<" .. e[1] .. ">" .. xml_escape(tostring(e[2])) .. "</" .. e[1]
+                .. ">"
+        end
+    end
+    parts[#parts + 1] = "<Resource>" .. xml_escape(resource or "") .. "</Resource><RequestId>"
+        .. xml_escape(request_id or "") .. "</RequestId></Error>"
+    return table.concat(parts)
+end
+
+--- The S3 error code of the first bytes of an error body, or nil.
+function _M.error_code(body)
+    if type(body) ~= "string" then
+        return nil
+    end
+    return body:match("<Code>([%w%.]+)</Code>")
+end
+
+return _M

@@ -157,9 +157,10 @@ start_all() {
     if [ $own_redis = 1 ]; then
         port_free "$REDIS_ADDR" || die "$REDIS_ADDR is already in use (set TOLLGATE_REDIS_ADDR, or TOLLGATE_REDIS_URL to use that Redis)"
         redis_secrets
+        # AOF: every acknowledged write is in the file before the reply (docs/durability.md)
         start_bg redis redis-server --bind "${REDIS_ADDR%:*}" --port "${REDIS_ADDR##*:}" \
-            --dir "$RUN_DIR/redis" --save 60 1000 --appendonly no --daemonize no \
-            --include "$RUN_DIR/redis/auth.conf"
+            --dir "$RUN_DIR/redis" --appendonly yes --appendfsync "${TOLLGATE_REDIS_APPENDFSYNC:-everysec}" \
+            --save 60 1000 --daemonize no --include "$RUN_DIR/redis/auth.conf"
         wait_for "redis ($REDIS_ADDR)" redis_ping
     fi
 
@@ -172,6 +173,7 @@ start_all() {
     rm -f "$admin_pw_file"
     TOLLGATE_CP_ADDR=$CP_ADDR TOLLGATE_REDIS_URL=$REDIS_URL TOLLGATE_PROMETHEUS_URL=$prom_url \
         TOLLGATE_METRICS_TOKEN=$METRICS_TOKEN TOLLGATE_ADMIN_PASSWORD_FILE=$admin_pw_file \
+        TOLLGATE_SEED_DEMO=${TOLLGATE_SEED_DEMO:-true} TOLLGATE_RUN_DIR=$RUN_DIR \
         start_bg controlplane "$BIN_DIR/tollgate-controlplane"
     wait_for "control plane (http://$CP_ADDR)" curl -sf "http://$CP_ADDR/health"
 

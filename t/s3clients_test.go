@@ -89,13 +89,13 @@ func sh(t *testing.T, env []string, name string, args ...string) string {
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, lastBytes(out.String(), 1500),
-			lastBytes(errOut.String(), 3000))
+		t.Fatalf("%s %s: %v\n%s\n%s", filepath.Base(name), strings.Join(args, " "), err, tailBytes(out.String(), 1500),
+			tailBytes(errOut.String(), 3000))
 	}
 	return out.String()
 }
 
-func lastBytes(s string, n int) string {
+func tailBytes(s string, n int) string {
 	if len(s) > n {
 		return "…" + s[len(s)-n:]
 	}
@@ -587,7 +587,8 @@ type s3stack struct {
 func s3Stack(t *testing.T, env map[string]string) s3stack {
 	t.Helper()
 	r, gwURL := gatewayRedis(t) // the gateway as the gateways' ACL user: the S3 maps are readable
-	cp := harness.StartControlPlane(t, r.URL(), map[string]string{"TOLLGATE_ADMIN_PASSWORD": adminPassword})
+	cp := harness.StartControlPlane(t, r.URL(), map[string]string{"TOLLGATE_ADMIN_PASSWORD": adminPassword,
+		"TOLLGATE_SEED_DEMO": "true"})
 	backend, addr, admin := s3backend(t, map[string]string{"AKIASPOOF00000000001": "spoof-secret-1",
 		"AKIASLOW000000000001": "slow-secret-1"})
 	genv := map[string]string{"TOLLGATE_S3_DOMAINS": "s3.localhost", "TOLLGATE_CONFIG_POLL": "0.2"}

@@ -55,6 +55,11 @@ func ClustersIndex() string { return rlPrefix + "clusters" }
 // ConfigVersion is the integer bumped on every config change (no hash tag).
 func ConfigVersion() string { return rlPrefix + "config:version" }
 
+// ConfigEpoch is the config store's epoch: a random id written once with the first config (no
+// hash tag). Gateways and control planes remember it; a store without it, or with another, is
+// not the store they knew (docs/durability.md).
+func ConfigEpoch() string { return rlPrefix + "config:epoch" }
+
 // ConfigChannel is the pub/sub channel announcing a new config version.
 func ConfigChannel() string { return rlPrefix + "config:update" }
 

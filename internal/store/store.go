@@ -53,6 +53,7 @@ type ScriptRunner interface {
 type Store struct {
 	rdb     redis.Cmdable
 	scripts ScriptRunner
+	hooks   Hooks
 }
 
 // New returns a store using rdb and the script set.
@@ -171,17 +172,25 @@ func (s *Store) checkAppIDs(ctx context.Context, a App) error {
 // version, one after the other: whoever sees a version also sees the writes before it. (No
 // MULTI: the untagged keys live in different Redis Cluster slots.)
 func (s *Store) bumpVersion(ctx context.Context, extra func(context.Context) error) (int64, error) {
+	if s.hooks.Before != nil {
+		if err := s.hooks.Before(ctx); err != nil {
+			return 0, err
+		}
+	}
 	if extra != nil {
 		if err := extra(ctx); err != nil {
 			return 0, err
 		}
 	}
-	v, err := s.rdb.Incr(ctx, keys.ConfigVersion()).Result()
+	v, err := s.incr(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bump config version: %w", err)
 	}
 	if err := s.rdb.Publish(ctx, keys.ConfigChannel(), v).Err(); err != nil {
 		return 0, fmt.Errorf("publish config version %d: %w", v, err)
+	}
+	if s.hooks.After != nil {
+		s.hooks.After(v)
 	}
 	return v, nil
 }

@@ -128,6 +128,19 @@ func (r *Redis) Restart() {
 	}
 }
 
+// Crash kills the server with SIGKILL (no shutdown: nothing saved or flushed on the way out)
+// and starts it again on the same port with the same directory and arguments.
+func (r *Redis) Crash() {
+	r.t.Helper()
+	r.kill()
+	if err := r.start(); err != nil {
+		r.t.Fatalf("testutil: restart redis-server on port %d after SIGKILL: %v", r.port, err)
+	}
+}
+
+// Kill kills the server with SIGKILL and leaves it down.
+func (r *Redis) Kill() { r.kill() }
+
 // Freeze stops the process with SIGSTOP: it keeps its socket but answers nothing.
 func (r *Redis) Freeze() { r.signal(syscall.SIGSTOP) }
 

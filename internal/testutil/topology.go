@@ -249,10 +249,17 @@ type SentinelGroup struct {
 // 2, down-after 1 s), and waits until every sentinel knows the replica.
 func StartSentinelGroup(t testing.TB) *SentinelGroup {
 	t.Helper()
+	return StartSentinelGroupArgs(t)
+}
+
+// StartSentinelGroupArgs is StartSentinelGroup with extra redis-server arguments for the master
+// and the replica (e.g. "--appendonly", "yes").
+func StartSentinelGroupArgs(t testing.TB, args ...string) *SentinelGroup {
+	t.Helper()
 	g := &SentinelGroup{t: t, Name: "mymaster"}
-	g.Master = StartRedisArgs(t, "--repl-diskless-sync-delay", "0")
-	g.Replica = StartRedisArgs(t, "--repl-diskless-sync-delay", "0",
-		"--replicaof", "127.0.0.1", strconv.Itoa(g.Master.Port()))
+	g.Master = StartRedisArgs(t, append([]string{"--repl-diskless-sync-delay", "0"}, args...)...)
+	g.Replica = StartRedisArgs(t, append([]string{"--repl-diskless-sync-delay", "0",
+		"--replicaof", "127.0.0.1", strconv.Itoa(g.Master.Port())}, args...)...)
 	ctx := context.Background()
 	rc := g.Replica.Client()
 	Eventually(t, topologyTimeout, func() bool {

@@ -508,12 +508,18 @@ end
 
 function _M.health()
     ngx.header["Content-Type"] = "application/json"
+    local lost = config.store_lost()
     ngx.print(cjson.encode({
-        status = "ok",
+        -- 200 either way: the gateway keeps enforcing its last good config and must stay in
+        -- its load balancer; the status says what monitoring must see
+        status = lost and "config_store_lost" or "ok",
+        reason = lost and (lost .. ": the config store is not the one this gateway knew; "
+            .. "serving the last good config until it is restored") or nil,
         node_id = S.node_id,
         redis = deg.is_open() and "unavailable" or "ok",
         degradation_level = deg.level(),
         config_version = config.version(),
+        config_epoch = config.epoch(),
         mode = S.mode,
         version = VERSION,
     }))
@@ -541,6 +547,8 @@ function _M.metrics()
     gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
     gauges['tollgate_build_info{component="gateway",node_id="' .. S.node_id .. '",version="'
         .. VERSION .. '"}'] = 1
+    gauges["ratelimit_config_store_lost"] = config.store_lost() and 1 or 0
+    gauges["ratelimit_config_store_lost_total"] = config.store_lost_total()
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
     ngx.print(metrics.render(gauges))
 end

@@ -41,6 +41,11 @@ local HELP = {
     ratelimit_returned_tokens_total = { "counter", "Idle lease tokens returned to L2." },
     ratelimit_fail_open_total = { "counter", "Requests admitted by the fail-open budget." },
     ratelimit_config_errors_total = { "counter", "App configs rejected by this node." },
+    ratelimit_config_store_lost = { "gauge",
+        "1 while the config store is not the one this node knew (epoch gone or changed, "
+            .. "version back)." },
+    ratelimit_config_store_lost_total = { "counter",
+        "Times this node found the config store lost." },
     ratelimit_config_version = { "gauge", "Config version this node enforces." },
     ratelimit_rule_hits_total = { "counter", "Requests a rule matched, by rule." },
     ratelimit_rule_actions_total = { "counter",

@@ -26,12 +26,14 @@ var (
 
 // ControlPlane is one running tollgate-controlplane process.
 type ControlPlane struct {
-	t      testing.TB
-	URL    string
-	cmd    *exec.Cmd
-	done   chan struct{}
-	out    *lockedBuffer
-	health *http.Client // only polls liveness: over TLS it does not check the certificate
+	t         testing.TB
+	URL       string
+	BackupDir string   // its TOLLGATE_CONFIG_BACKUP_DIR (a temporary directory unless env sets one)
+	env       []string // its environment (for Command)
+	cmd       *exec.Cmd
+	done      chan struct{}
+	out       *lockedBuffer
+	health    *http.Client // only polls liveness: over TLS it does not check the certificate
 }
 
 // lockedBuffer collects a process' output (written by exec's copier, read by the test).
@@ -111,11 +113,16 @@ func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *Co
 		cp.health.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // liveness only
 	}
 	cmd := exec.Command(bin)
+	cp.BackupDir = env["TOLLGATE_CONFIG_BACKUP_DIR"]
+	if cp.BackupDir == "" { // never the working directory's .run/: each test its own snapshots
+		cp.BackupDir = t.TempDir()
+	}
 	cmd.Env = append(os.Environ(), "TOLLGATE_REDIS_URL="+redisURL,
-		"TOLLGATE_CP_ADDR=127.0.0.1:"+strconv.Itoa(port))
+		"TOLLGATE_CP_ADDR=127.0.0.1:"+strconv.Itoa(port), "TOLLGATE_CONFIG_BACKUP_DIR="+cp.BackupDir)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
+	cp.env = cmd.Env
 	cmd.Stdout, cmd.Stderr = cp.out, cp.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("harness: start control plane: %v", err)
@@ -138,6 +145,22 @@ func StartControlPlane(t testing.TB, redisURL string, env map[string]string) *Co
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Command runs the control plane binary with args (export, import, restore, ...) in the
+// environment of this control plane and returns its stdout, stderr and exit status.
+func (cp *ControlPlane) Command(args ...string) (stdout, stderr string, code int) {
+	cp.t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(controlPlaneBinary(cp.t), args...)
+	cmd.Env, cmd.Stdout, cmd.Stderr = cp.env, &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		cp.t.Fatalf("harness: run control plane %v: %v", args, err)
+	}
+	return o.String(), e.String(), 0
 }
 
 // Health returns the decoded /health body when it answers 200, else nil.

@@ -12,6 +12,7 @@ import (
 
 	"tollgate/controlplane/internal/admin"
 	"tollgate/controlplane/internal/config"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 )
@@ -26,7 +27,7 @@ const EnvAdminPasswordFile = "TOLLGATE_ADMIN_PASSWORD_FILE"
 // generates is printed on stderr or written to $TOLLGATE_ADMIN_PASSWORD_FILE. The returned
 // function stops it and flushes the audit buffer.
 func startAdmin(ctx context.Context, log *slog.Logger, cfg config.Config, rdb redis.UniversalClient,
-	set *scripts.Set, st *store.Store) (http.Handler, func(), error) {
+	set *scripts.Set, st *store.Store, g *durable.Guard, b *durable.Backups) (http.Handler, func(), error) {
 	banner := io.Writer(os.Stderr)
 	if path := os.Getenv(EnvAdminPasswordFile); path != "" {
 		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
@@ -46,7 +47,7 @@ func startAdmin(ctx context.Context, log *slog.Logger, cfg config.Config, rdb re
 		banner = f
 	}
 	a, err := admin.Start(ctx, admin.Options{Config: cfg.Admin, Redis: rdb, Scripts: set, Store: st,
-		Logger: log, Banner: banner})
+		Logger: log, Banner: banner, Guard: g, Backups: b})
 	if err != nil {
 		return nil, nil, err
 	}

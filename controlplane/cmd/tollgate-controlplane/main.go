@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/controlplane/internal/config"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/redisconn"
 	"tollgate/controlplane/internal/webui"
 	"tollgate/internal/scripts"
@@ -40,6 +41,9 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if len(os.Args) > 1 {
+		os.Exit(command(log, os.Args[1], os.Args[2:])) // export, import, diff, restore, backups (cli.go)
+	}
 	if err := run(log); err != nil {
 		log.Error("tollgate-controlplane stopped", "err", err)
 		os.Exit(1)
@@ -74,7 +78,11 @@ func run(log *slog.Logger) error {
 	}
 	log.Info("redis scripts loaded", "count", set.Len(), "names", set.Names())
 	st := store.New(rdb, set)
-	if err := seedDemo(ctx, log, cfg, st); err != nil {
+	guard, backups, err := startGuard(ctx, log, cfg, rdb, st)
+	if err != nil {
+		return err
+	}
+	if err := seedDemo(ctx, log, cfg, st, guard); err != nil {
 		return err
 	}
 	stopJobs, err := startJobs(ctx, log, cfg.Jobs, rdb, set, st)
@@ -82,7 +90,7 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	defer stopJobs()
-	handler, stopAdmin, err := startAdmin(ctx, log, cfg, rdb, set, st) // admin API (admin.go)
+	handler, stopAdmin, err := startAdmin(ctx, log, cfg, rdb, set, st, guard, backups) // admin API (admin.go)
 	if err != nil {
 		return err
 	}
@@ -95,9 +103,30 @@ func run(log *slog.Logger) error {
 	return serve(ctx, log, ln, cfg.TLSCert, cfg.TLSKey, webui.Mount(handler, webui.Handler()))
 }
 
-func seedDemo(ctx context.Context, log *slog.Logger, cfg config.Config, st *store.Store) error {
+// startGuard starts the config store's watch: epoch, version, persistence, snapshots.
+func startGuard(ctx context.Context, log *slog.Logger, cfg config.Config, rdb redis.UniversalClient,
+	st *store.Store) (*durable.Guard, *durable.Backups, error) {
+	backups := &durable.Backups{Dir: cfg.Durable.BackupDir, Keep: cfg.Durable.BackupKeep}
+	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster,
+		Backups: backups, Wait: cfg.Durable.Wait, WaitTime: cfg.Durable.WaitTimeout, Check: cfg.Durable.StoreCheck,
+		Logger: log, MaxGateway: durable.MaxGatewayVersion(rdb)})
+	if err := g.Init(ctx); err != nil {
+		return nil, nil, fmt.Errorf("config store: %w", err)
+	}
+	st.SetHooks(g.Hooks())
+	go g.Run(ctx, durable.Reader{Redis: rdb, Store: st})
+	return g, backups, nil
+}
+
+func seedDemo(ctx context.Context, log *slog.Logger, cfg config.Config, st *store.Store, g *durable.Guard) error {
 	if !cfg.SeedDemo {
-		log.Info("demo seed disabled")
+		log.Info("demo seed disabled (TOLLGATE_SEED_DEMO=true seeds an empty new store)")
+		return nil
+	}
+	if fresh, err := g.Fresh(ctx); err != nil {
+		return err
+	} else if !fresh {
+		log.Info("demo seed skipped: the config store holds config, or is a store this control plane knew")
 		return nil
 	}
 	seeded, err := seed.Demo(ctx, st)

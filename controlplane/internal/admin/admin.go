@@ -19,6 +19,7 @@ import (
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
 	"tollgate/controlplane/internal/config"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/jobs/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
@@ -39,6 +40,10 @@ type Options struct {
 	Logger     *slog.Logger
 	BcryptCost int       // 0: auth's default (12)
 	Banner     io.Writer // where a generated first password is printed (os.Stderr)
+	// Guard watches the config store (nil: none, e.g. the API benchmark): a lost store gets no
+	// first admin, user writes go through its hooks, and the API reports and restores it.
+	Guard   *durable.Guard
+	Backups *durable.Backups
 }
 
 // Admin is the running admin API.
@@ -68,7 +73,18 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		return nil, err
 	}
 	us := users.New(o.Redis, hasher, nil)
-	if err := bootstrap(ctx, log, us, a, o.Banner); err != nil {
+	storeLost := func() (bool, string) { return false, "" }
+	if g := o.Guard; g != nil {
+		us.SetHooks(users.Hooks{Before: g.Hooks().Before, After: func(ctx context.Context) error {
+			_, err := o.Store.Bump(ctx, nil)
+			return err
+		}})
+		storeLost = func() (bool, string) { st := g.Status(); return st.State == "lost", st.Message }
+	}
+	if lost, msg := storeLost(); lost {
+		log.Error("config store lost: no first admin is created; restore a snapshot with 'tollgate-controlplane restore' (docs/durability.md)",
+			"reason", msg)
+	} else if err := bootstrap(ctx, log, us, a, o.Banner); err != nil {
 		return nil, err
 	}
 	var m *metrics.Metrics // set below, before anything runs that reports to it
@@ -79,8 +95,13 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 	ch := changes.New(changes.Options{Store: o.Store, Validator: validate.New(cat, log, al), Ledger: led,
 		Emergency: emergency.NewManager(led, log), Audit: al, Redis: o.Redis, Catalog: cat, Logger: log})
 	lv := live.New(live.Options{Redis: o.Redis, Catalog: o.Store, L1: led, Interval: a.LiveInterval, Logger: log,
-		Alerts: a.Alerts, OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }})
-	m = metrics.New(metrics.Options{AuditDropped: al.Dropped, WSClients: lv.Subscribers, Snapshot: lv.Current})
+		Alerts: a.Alerts, OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }, StoreLost: storeLost})
+	var storeStatus func() durable.Status
+	if o.Guard != nil {
+		storeStatus = o.Guard.Status
+	}
+	m = metrics.New(metrics.Options{AuditDropped: al.Dropped, WSClients: lv.Subscribers, Snapshot: lv.Current,
+		Store: storeStatus})
 	h, err := api.New(api.Options{Redis: o.Redis, Scripts: o.Scripts, Config: o.Store, Logger: log, AuthRedis: o.Redis,
 		Tokens: tokens, Sessions: auth.NewSessions(o.Redis, a.RefreshTTL, nil),
 		Throttle: auth.NewThrottle(o.Redis, a.LoginMaxUser, a.LoginMaxIP, a.LoginWindow),
@@ -88,7 +109,8 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		Changes: ch, Rules: rules.New(rules.Options{Redis: o.Redis, Store: o.Store, Apps: cat, Audit: al, Logger: log}),
 		Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
 		PrometheusURL: a.PrometheusURL, ClientLimiter: auth.NewLimiter(a.AnonRate, a.AnonBurst, nil),
-		TrustedProxies: a.TrustedProxies})
+		TrustedProxies: a.TrustedProxies, Guard: o.Guard, Backups: o.Backups,
+		Writer: durable.Writer{Reader: durable.Reader{Redis: o.Redis, Store: o.Store}, Ledger: led}})
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/internal/ledger"
@@ -80,6 +81,10 @@ type Options struct {
 	MetricsToken   string        // static bearer token accepted by GET /metrics (optional)
 	MaxBody        int64         // default DefaultMaxBody
 	WSRecheck      time.Duration // how often a WebSocket re-checks its session; default DefaultWSRecheck
+
+	Guard   *durable.Guard   // the config store's epoch watch (nil: not watched)
+	Backups *durable.Backups // the snapshot directory (nil: none)
+	Writer  durable.Writer   // export, import and restore
 
 	PrometheusURL     string        // base URL of the Prometheus behind /metrics/history; empty: absent
 	PrometheusTimeout time.Duration // of one range query; default DefaultPrometheusTimeout

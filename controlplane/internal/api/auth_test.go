@@ -86,13 +86,16 @@ func TestRolesAreEnforced(t *testing.T) {
 		}
 		write := rt.Method != http.MethodGet
 		usersRoute := strings.HasPrefix(rt.Path, "/api/v1/users")
+		adminOnly := usersRoute || rt.Path == "/api/v1/config/import" || rt.Path == "/api/v1/config/restore" ||
+			rt.Path == "/api/v1/config/backups"
+		operatorRead := rt.Path == "/api/v1/audit" || rt.Path == "/api/v1/config/export"
 		cases := []struct {
 			who    string
 			token  string
 			denied bool
 		}{
-			{"viewer", viewer, write || usersRoute || rt.Path == "/api/v1/audit"},
-			{"operator", operator, usersRoute},
+			{"viewer", viewer, write || adminOnly || operatorRead},
+			{"operator", operator, adminOnly},
 		}
 		for _, c := range cases {
 			res := f.call(t, rt.Method, concrete(rt.Path), c.token, nil)

@@ -16,6 +16,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/users"
 	"tollgate/internal/ledger"
@@ -58,6 +59,8 @@ func classify(err error) *Error {
 	var thr *auth.ThrottledError
 	var fe *store.FieldError
 	var se *ledger.ScriptError
+	var dinv *durable.InvalidError
+	var derr *durable.DecodeError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -74,6 +77,12 @@ func classify(err error) *Error {
 		return errBadRequest(fe.Code, "invalid "+fe.Field)
 	case errors.As(err, &se):
 		return errBadRequest(se.Code, "rejected by "+se.Script)
+	case errors.As(err, &dinv):
+		return &Error{Status: http.StatusBadRequest, Code: "config_validation_failed",
+			Message: "the document breaks config rules; nothing was written",
+			Details: map[string]any{"violations": dinv.Violations}}
+	case errors.As(err, &derr):
+		return errBadRequest("invalid_document", derr.Msg)
 	}
 	if e := classifySentinel(err); e != nil {
 		return e
@@ -117,6 +126,7 @@ func classifySentinel(err error) *Error {
 		{audit.ErrBadCursor, 400, "invalid_query"}, {rules.ErrBadCursor, 400, "invalid_query"},
 		{rules.ErrRuleNotFound, 404, "rule_not_found"}, {rules.ErrRuleExists, 409, "rule_exists"},
 		{rules.ErrBreakerNotFound, 404, "breaker_not_found"},
+		{store.ErrStoreLost, 409, "config_store_lost"}, {durable.ErrNotEmpty, 409, "store_not_empty"},
 	} {
 		if errors.Is(err, m.target) {
 			return apiErr(m.status, m.code, m.target.Error())

@@ -10,15 +10,18 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"tollgate/controlplane/internal/durable"
 	"tollgate/internal/version"
 )
 
 type healthOK struct {
-	Status        string `json:"status"`
-	Redis         string `json:"redis"`
-	Scripts       int    `json:"scripts"`
-	ConfigVersion int64  `json:"config_version"`
-	Version       string `json:"version"` // of this build (internal/version)
+	Status        string          `json:"status"` // ok, or config_store_lost
+	Reason        string          `json:"reason,omitempty"`
+	Redis         string          `json:"redis"`
+	Scripts       int             `json:"scripts"`
+	ConfigVersion int64           `json:"config_version"`
+	ConfigStore   *durable.Status `json:"config_store,omitempty"`
+	Version       string          `json:"version"` // of this build (internal/version)
 }
 
 type healthDown struct {
@@ -28,7 +31,9 @@ type healthDown struct {
 }
 
 // health answers 200 when Redis answers PING within the health timeout (reloading any script
-// missing from its cache), else 503 with a short reason.
+// missing from its cache), else 503 with a short reason. A lost config store answers 200 with
+// status config_store_lost and the reason: the control plane still serves (reads, restore), so
+// a load balancer must not drop it, while monitoring sees a status that is not "ok".
 func (s *server) health(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.opts.HealthTimeout)
 	defer cancel()
@@ -55,8 +60,16 @@ func (s *server) check(ctx context.Context) (healthOK, error) {
 	if err != nil {
 		return healthOK{}, err
 	}
-	return healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v,
-		Version: version.Version}, nil
+	h := healthOK{Status: "ok", Redis: "ok", Scripts: n, ConfigVersion: v,
+		Version: version.Version}
+	if s.opts.Guard != nil {
+		st := s.opts.Guard.Status()
+		h.ConfigStore = &st
+		if st.State == "lost" {
+			h.Status, h.Reason = "config_store_lost", st.Reason+": "+st.Message
+		}
+	}
+	return h, nil
 }
 
 // redisReason maps a Redis failure to a short, fixed reason (the details go to the log only).

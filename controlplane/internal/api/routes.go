@@ -111,6 +111,12 @@ func (s *server) table() []route {
 		{get, v1 + "/alerts", viewer, s.listAlerts},
 		{post, v1 + "/alerts/:id/ack", operator, s.ackAlert},
 		{get, v1 + "/audit", operator, s.queryAudit},
+
+		{get, v1 + "/config/store", viewer, s.configStore},
+		{get, v1 + "/config/export", operator, s.exportConfig},
+		{post, v1 + "/config/import", admin, s.importConfig},
+		{get, v1 + "/config/backups", admin, s.listBackups},
+		{post, v1 + "/config/restore", admin, s.restoreConfig},
 		{get, wsPath, viewer, s.websocket},
 	}
 }
@@ -122,6 +128,9 @@ func (s *server) chain(rt route) []gin.HandlerFunc {
 		return []gin.HandlerFunc{rt.handler}
 	case scrape:
 		return []gin.HandlerFunc{s.authenticateScrape, rt.handler}
+	}
+	if rt.method != http.MethodGet {
+		return []gin.HandlerFunc{s.authenticate, s.require(rt.access.role()), s.rateLimit, s.replication, rt.handler}
 	}
 	return []gin.HandlerFunc{s.authenticate, s.require(rt.access.role()), s.rateLimit, rt.handler}
 }

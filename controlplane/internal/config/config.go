@@ -27,18 +27,19 @@ const (
 
 	DefaultAddr     = "127.0.0.1:9090"
 	DefaultRedisURL = "redis://127.0.0.1:6390/0"
-	DefaultSeedDemo = true
+	DefaultSeedDemo = false // make run (scripts/stack.sh) turns it on
 )
 
 // Config is the control plane's configuration.
 type Config struct {
-	Addr     string // HTTP listen address host:port
-	RedisURL string // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
-	SeedDemo bool   // seed the demo config into an empty Redis
-	TLSCert  string // PEM certificate file; with TLSKey the API and console are served over HTTPS
-	TLSKey   string // PEM private key file
-	Jobs     Jobs   // periodic jobs of the elected leader (jobs.go)
-	Admin    Admin  // admin API: auth, CORS, limits, audit (admin.go)
+	Addr     string  // HTTP listen address host:port
+	RedisURL string  // redis://, rediss://, redis-sentinel:// or redis-cluster:// URL; may carry a password
+	SeedDemo bool    // seed the demo config into an empty Redis that was never a config store
+	TLSCert  string  // PEM certificate file; with TLSKey the API and console are served over HTTPS
+	TLSKey   string  // PEM private key file
+	Jobs     Jobs    // periodic jobs of the elected leader (jobs.go)
+	Admin    Admin   // admin API: auth, CORS, limits, audit (admin.go)
+	Durable  Durable // snapshots, WAIT for replicas, the store's epoch check (durable.go)
 
 	redis redisconn.Target
 }
@@ -67,6 +68,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	admin, aerrs := adminFromEnv(getenv)
 	c.Admin = admin
 	errs = append(errs, aerrs...)
+	durable, derrs := durableFromEnv(getenv)
+	c.Durable = durable
+	errs = append(errs, derrs...)
 	errs = append(errs, c.validate()...)
 	return c, errors.Join(errs...)
 }
@@ -115,6 +119,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("tls_cert", c.TLSCert),
 		slog.Any("jobs", c.Jobs),
 		slog.Any("admin", c.Admin),
+		slog.Any("durable", c.Durable),
 	)
 }
 

@@ -17,7 +17,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromEnv(empty) error: %v", err)
 	}
-	if c.Addr != "127.0.0.1:9090" || c.RedisURL != "redis://127.0.0.1:6390/0" || !c.SeedDemo {
+	if c.Addr != "127.0.0.1:9090" || c.RedisURL != "redis://127.0.0.1:6390/0" || c.SeedDemo {
 		t.Fatalf("defaults = %+v", c)
 	}
 	o := c.RedisOptions()
@@ -28,12 +28,12 @@ func TestDefaults(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{
-		EnvAddr: "0.0.0.0:8080", EnvRedisURL: "redis://:pw@localhost:7000/3", EnvSeedDemo: "false",
+		EnvAddr: "0.0.0.0:8080", EnvRedisURL: "redis://:pw@localhost:7000/3", EnvSeedDemo: "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Addr != "0.0.0.0:8080" || c.SeedDemo || c.RedisOptions().DB != 3 || c.RedisOptions().Password != "pw" {
+	if c.Addr != "0.0.0.0:8080" || !c.SeedDemo || c.RedisOptions().DB != 3 || c.RedisOptions().Password != "pw" {
 		t.Fatalf("overrides = %+v / %+v", c, c.RedisOptions())
 	}
 }

@@ -32,6 +32,8 @@ type Options struct {
 	Alerts   AlertSettings // thresholds a deployment may change (zero fields: the defaults)
 	// OnCollect, if set, sees every snapshot (e.g. metrics) and every collection error.
 	OnCollect func(s *Snapshot, err error)
+	// StoreLost, if set, tells whether the config store is lost and why (config_store_lost).
+	StoreLost func() (lost bool, message string)
 }
 
 // Service collects snapshots, keeps history and alerts, and feeds subscribers.
@@ -110,6 +112,11 @@ func (s *Service) Refresh(ctx context.Context) error {
 	s.hist.observe(snap)
 	s.tr.observe(snap)
 	conds := evaluate(snap, prev, s.tr, s.o.Alerts)
+	if s.o.StoreLost != nil {
+		if lost, msg := s.o.StoreLost(); lost {
+			conds = append(conds, cond("config_store_lost", "config", "critical", "%s", msg))
+		}
+	}
 	s.snap, s.down = snap, false
 	s.pings = append(s.pings, snap.RedisLatency)
 	if len(s.pings) > pingSamples {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/live"
 	"tollgate/internal/version"
 )
@@ -21,6 +22,7 @@ type Options struct {
 	AuditDropped func() int64
 	WSClients    func() int
 	Snapshot     func() *live.Snapshot // newest cluster view (nil before the first)
+	Store        func() durable.Status // the config store's state (nil: not watched)
 }
 
 // Metrics are the collectors, registered on their own registry.
@@ -68,6 +70,9 @@ func New(o Options) *Metrics {
 	if o.Snapshot != nil {
 		m.reg.MustRegister(newClusterCollector(o.Snapshot))
 	}
+	if o.Store != nil {
+		registerStore(m.reg, o.Store)
+	}
 	return m
 }
 
@@ -98,4 +103,28 @@ func (m *Metrics) Collected(s *live.Snapshot, err error) {
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// registerStore adds the config store's metrics: lost or not, how often, the persistence that
+// CONFIG GET reported at start (persists="unknown" where CONFIG is forbidden), snapshots.
+func registerStore(reg *prometheus.Registry, st func() durable.Status) {
+	p := st().Persistence
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_cp_config_store_lost",
+			Help: "1 while the config store is lost (its epoch vanished or changed, or its version went back)."},
+			func() float64 {
+				if st().State == "lost" {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_cp_config_store_lost_total",
+			Help: "Times the config store was found lost."}, func() float64 { return float64(st().LostTotal) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_cp_redis_persistence",
+			Help:        "Always 1; the labels say whether the control plane's Redis persists (CONFIG GET at start).",
+			ConstLabels: prometheus.Labels{"persists": p.Persists, "appendonly": p.AppendOnly, "appendfsync": p.AppendFsync}},
+			func() float64 { return 1 }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_cp_config_backup_errors_total",
+			Help: "Config snapshots that could not be written."}, func() float64 { return float64(st().BackupErrors) }),
+	)
 }

@@ -77,6 +77,31 @@ type Store struct {
 	rdb    redis.UniversalClient
 	hasher *auth.Hasher
 	clock  clock.Clock
+	hooks  Hooks
+}
+
+// Hooks make user writes durable like config writes: Before may refuse a write (a lost config
+// store), After runs after every write (the config version bump with its WAIT and snapshot).
+type Hooks struct {
+	Before func(ctx context.Context) error
+	After  func(ctx context.Context) error
+}
+
+// SetHooks installs the hooks (before the store is used).
+func (s *Store) SetHooks(h Hooks) { s.hooks = h }
+
+func (s *Store) before(ctx context.Context) error {
+	if s.hooks.Before == nil {
+		return nil
+	}
+	return s.hooks.Before(ctx)
+}
+
+func (s *Store) after(ctx context.Context, err error) error {
+	if err != nil || s.hooks.After == nil {
+		return err
+	}
+	return s.hooks.After(ctx)
 }
 
 // New returns the store.
@@ -156,6 +181,9 @@ func (s *Store) Create(ctx context.Context, name, password string, role auth.Rol
 	if err != nil {
 		return User{}, err
 	}
+	if err := s.before(ctx); err != nil {
+		return User{}, err
+	}
 	now := s.clock.Now()
 	// TokensAfter = now: a session left by an earlier user of this name (deleted) stays ended
 	u := User{Username: name, Role: role, PasswordHash: hash, CreatedAt: now.Unix(), UpdatedAt: now.Unix(),
@@ -168,7 +196,7 @@ func (s *Store) Create(ctx context.Context, name, password string, role auth.Rol
 	if !ok {
 		return User{}, ErrExists
 	}
-	return u, nil
+	return u, s.after(ctx, nil)
 }
 
 // Update applies p to a user, atomically (WATCH) with the last-admin rule.
@@ -185,6 +213,9 @@ func (s *Store) Update(ctx context.Context, name string, p Patch) (User, error) 
 		if _, err := auth.ParseRole(string(*p.Role)); err != nil {
 			return User{}, err
 		}
+	}
+	if err := s.before(ctx); err != nil {
+		return User{}, err
 	}
 	var out User
 	err := s.tx(ctx, func(all []User, tx *redis.Tx) error {
@@ -215,12 +246,15 @@ func (s *Store) Update(ctx context.Context, name string, p Patch) (User, error) 
 		out = u
 		return err
 	})
-	return out, err
+	return out, s.after(ctx, err)
 }
 
 // Delete removes a user (the last enabled admin stays).
 func (s *Store) Delete(ctx context.Context, name string) error {
-	return s.tx(ctx, func(all []User, tx *redis.Tx) error {
+	if err := s.before(ctx); err != nil {
+		return err
+	}
+	return s.after(ctx, s.tx(ctx, func(all []User, tx *redis.Tx) error {
 		u, ok := find(all, name)
 		if !ok {
 			return ErrNotFound
@@ -234,7 +268,7 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 			return nil
 		})
 		return err
-	})
+	}))
 }
 
 // tx runs fn over the current users under WATCH of the users hash, retrying on conflicts.

@@ -186,14 +186,77 @@ function _M.app_ids()
     return ids_cache
 end
 
+--- The reason the config store is not the one this gateway knew (epoch_missing,
+-- epoch_changed, version_backwards), nil while it is.
+function _M.store_lost()
+    return cdict:get("store_lost")
+end
+
+--- Times a lost store was noticed (a counter of config_dict).
+function _M.store_lost_total()
+    return cdict:get("store_lost_total") or 0
+end
+
+--- The epoch this gateway knows (nil before it saw one).
+function _M.epoch()
+    return cdict:get("epoch")
+end
+
+-- Compare the store's epoch and version with what this gateway knows: a store whose epoch is
+-- gone or another, or whose version went back, is not obeyed (DESIGN: the last good config
+-- stays). Logged once per loss, counted. Returns the reason, or nil when the store is good.
+local function check_store(epoch, version)
+    local known, last = cdict:get("epoch"), cdict:get("version")
+    local reason
+    if known and not epoch then
+        reason = "epoch_missing"
+    elseif known and epoch ~= known then
+        reason = "epoch_changed"
+    elseif last and version < last then
+        reason = "version_backwards"
+    end
+    local was = cdict:get("store_lost")
+    if reason then
+        if not was then
+            cdict:set("store_lost", reason)
+            cdict:incr("store_lost_total", 1, 0)
+            ngx.log(ngx.ERR, "tollgate: config store lost (", reason, ": epoch ", tostring(known),
+                " -> ", tostring(epoch), ", version ", tostring(last), " -> ", version,
+                "); keeping the last good config until it is restored")
+        end
+        return reason
+    end
+    if was then
+        cdict:delete("store_lost")
+        ngx.log(ngx.WARN, "tollgate: config store back (epoch ", tostring(epoch), ", version ",
+            version, ")")
+    end
+    if epoch then
+        cdict:set("epoch", epoch)
+    end
+    return nil
+end
+
 --- Load every app config from Redis (HSCAN, never KEYS) into config_dict.
 -- An entry that does not parse keeps the last good config of that app and counts an error.
+-- A store that is not the one this gateway knew (check_store) loads nothing.
 function _M.reload(red)
     local version, err = red:get(keys.config_version())
     if err then
         return nil, err
     end
+    local epoch, eerr = red:get(keys.config_epoch())
+    if eerr then
+        return nil, eerr
+    end
+    if epoch == ngx.null then
+        epoch = nil
+    end
     version = tonumber(version) or 0
+    local lost = check_store(epoch, version)
+    if lost then
+        return nil, "config store lost: " .. lost
+    end
     local bad, serr = hashload.into_dict(red, keys.apps_index(), cdict, "app:", "config for app",
         parse_app)
     if not bad then

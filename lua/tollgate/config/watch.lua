@@ -29,7 +29,9 @@ local function reload(reason)
         return config.reload(red)
     end)
     if not v then
-        log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
+        if not config.store_lost() then    -- a lost store was logged once by config
+            log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
+        end
         return nil, err
     end
     log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
@@ -47,6 +49,13 @@ local function poll(premature)
         if gerr then
             return nil, gerr
         end
+        local epoch, eperr = red:get(keys.config_epoch())
+        if eperr then
+            return nil, eperr
+        end
+        if epoch ~= ngx.null and epoch ~= config.epoch() then
+            ver = "epoch:" .. epoch    -- another epoch: reload, which decides
+        end
         local t = now()
         -- timers fire a little late, never early: a report interval equal to the poll interval
         -- must not skip every other poll
@@ -60,6 +69,7 @@ local function poll(premature)
                 node_id = S.node_id,
                 last_seen = math.floor(t),
                 config_version = config.version(),
+                config_store_lost = config.store_lost(),
                 mode = S.mode,
                 degradation_level = deg.level(),
                 redis_latency_ms = deg.latency() * 1000,
@@ -85,7 +95,7 @@ local function poll(premature)
         return
     end
     local current = config.version()
-    if current == nil or tonumber(v) ~= current then
+    if current == nil or tonumber(v) ~= current or config.store_lost() then
         reload("poll")
     end
 end

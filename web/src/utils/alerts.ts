@@ -16,6 +16,7 @@ export const ALERT_KINDS: Record<string, string> = {
   connections_high: 'Connections near the limit',
   connections_leaked: 'Connection slots leaked',
   cleanup_stalled: 'Connection cleanup stalled',
+  config_store_lost: 'Config store lost (restore a snapshot)',
 }
 
 export function alertKindLabel(kind: string | undefined): string {

@@ -46,7 +46,7 @@ describe('breakers', () => {
 describe('alert kinds', () => {
   it('names every kind of contract §9 and falls back to the code', () => {
     for (const k of ['block_rate_high', 'traffic_spike', 'circuit_open', 'connections_high', 'connections_leaked',
-      'cleanup_stalled', 'drift_high', 'node_degraded', 'emergency']) {
+      'cleanup_stalled', 'drift_high', 'node_degraded', 'emergency', 'config_store_lost']) {
       expect(alertKindLabel(k), k).not.toMatch(/_/)
       expect(alertKindLabel(k)).not.toBe(k)
     }

@@ -1,0 +1,126 @@
+package durable
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"tollgate/controlplane/internal/validate"
+	"tollgate/internal/store"
+	"tollgate/internal/testutil"
+)
+
+func sample() Document {
+	return Document{Kind: Kind,
+		Clusters: []Cluster{{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, Connections: &ClusterConn{MaxConnections: 50, ReservedRatio: 0.2}}},
+		Apps: []App{{App: store.App{AppID: "a1", ClusterID: "c1", GuaranteedQuota: 500, BurstQuota: 900, Priority: 1, CBw: 1, Enabled: true},
+			Connections: &validate.ConnLimits{MaxConnections: 5, BurstConnections: 6}}}}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	d := sample()
+	for _, f := range []string{"json", "yaml"} {
+		b, err := Encode(d, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", f, err, b)
+		}
+		again, _ := Encode(got, f)
+		if string(again) != string(b) {
+			t.Fatalf("%s: not stable:\n%s\n%s", f, b, again)
+		}
+	}
+}
+
+func TestDecodeIsStrict(t *testing.T) {
+	for _, bad := range []string{"", "{", `{"kind":"tollgate-config/v1","x":1}`, `{"kind":"other"}`,
+		`{"kind":"tollgate-config/v1"} {}`, "kind: [", `{"kind":"tollgate-config/v1","apps":[{"app_id":1}]}`} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCheckFindsEveryViolation(t *testing.T) {
+	if vs := Check(sample()); len(vs) != 0 {
+		t.Fatalf("a good document: %v", vs)
+	}
+	d := sample()
+	d.Apps = append(d.Apps, App{App: store.App{AppID: "a2", ClusterID: "c1", GuaranteedQuota: 500, BurstQuota: 100, Priority: 9}},
+		App{App: store.App{AppID: "a3", ClusterID: "nope", GuaranteedQuota: 1, BurstQuota: 1}})
+	codes := map[string]bool{}
+	for _, v := range Check(d) {
+		codes[v.Code] = true
+	}
+	for _, want := range []string{"burst_below_guaranteed", "invalid_priority", "unknown_cluster", "over_allocation"} {
+		if !codes[want] {
+			t.Errorf("no %s in %v", want, codes)
+		}
+	}
+}
+
+func TestDiffHidesSecrets(t *testing.T) {
+	a, b := sample(), sample()
+	b.Apps[0].BurstQuota = 950
+	b.JWTSecret = strings.Repeat("ab", 32)
+	d := Diff(a, b)
+	if len(d) != 2 || d[0].Path != "apps[a1].burst_quota" || d[1].Path != "jwt_secret" {
+		t.Fatalf("diff %+v", d)
+	}
+	if s, _ := d[1].New.(string); strings.Contains(s, "abab") {
+		t.Fatalf("the diff shows the secret: %v", s)
+	}
+}
+
+func TestBackupsArePrivateAndRotated(t *testing.T) {
+	b := &Backups{Dir: filepath.Join(t.TempDir(), "bk"), Keep: 3}
+	var last string
+	for i := int64(1); i <= 5; i++ {
+		n, err := b.Write(Snapshot{Epoch: "e", Version: i, Config: sample()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = n
+	}
+	names, _ := b.List()
+	if len(names) != 3 || names[0] != last {
+		t.Fatalf("kept %v, want the 3 newest (newest %s first)", names, last)
+	}
+	for _, n := range names {
+		fi, _ := os.Stat(filepath.Join(b.Dir, n))
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: mode %v", n, fi.Mode().Perm())
+		}
+	}
+	if fi, _ := os.Stat(b.Dir); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("dir mode %v", fi.Mode().Perm())
+	}
+	s, _, err := b.Latest()
+	if err != nil || s.Version != 5 {
+		t.Fatalf("latest %+v %v", s, err)
+	}
+	if _, err := b.Load("../etc/passwd"); err == nil {
+		t.Fatal("Load took a path")
+	}
+}
+
+// A Redis that forbids CONFIG (as managed services do) reads as unknown, not as an error.
+func TestProbeReadsPersistence(t *testing.T) {
+	aof := testutil.StartRedisArgs(t, "--appendonly", "yes")
+	if p := Probe(context.Background(), aof.Client()); p.Persists != "aof" || p.AppendFsync != "everysec" {
+		t.Fatalf("aof: %+v", p)
+	}
+	none := testutil.StartRedis(t)
+	if p := Probe(context.Background(), none.Client()); p.Persists != "no" {
+		t.Fatalf("no persistence: %+v", p)
+	}
+	managed := testutil.StartRedisArgs(t, "--rename-command", "CONFIG", "")
+	if p := Probe(context.Background(), managed.Client()); p.Persists != "unknown" {
+		t.Fatalf("CONFIG forbidden: %+v", p)
+	}
+}

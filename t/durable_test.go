@@ -1,0 +1,507 @@
+package t
+
+// Redis as a durable config store (docs/durability.md): an acknowledged write survives kill -9,
+// a wiped store is noticed and not obeyed, restore brings the config back, WAIT keeps
+// acknowledged writes across a failover, export/import round trips, a bad import changes
+// nothing. Real redis-server, nginx and control plane.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tollgate/internal/testutil"
+	"tollgate/t/harness"
+)
+
+const metricsToken = "durable-test-metrics-token-0123456789abcdef"
+
+func cpEnv(extra map[string]string) map[string]string {
+	env := map[string]string{"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false",
+		"TOLLGATE_LIVE_INTERVAL": "500ms", "TOLLGATE_STORE_CHECK": "200ms", "TOLLGATE_METRICS_TOKEN": metricsToken,
+		"TOLLGATE_API_RATE": "1000", "TOLLGATE_API_BURST": "1000"}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// raw sends a request with the admin token and returns status, headers and body.
+func (a *adminAPI) raw(method, path, contentType string, body []byte) (int, http.Header, []byte) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.url+path, bytes.NewReader(body))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, b
+}
+
+func cpHealth(cp *harness.ControlPlane) (status, reason string) {
+	h := cp.Health()
+	if h == nil {
+		return "", ""
+	}
+	s, _ := h["status"].(string)
+	r, _ := h["reason"].(string)
+	return s, r
+}
+
+func gwHealth(t *testing.T, g *harness.Gateway) (status, epoch string) {
+	t.Helper()
+	resp, err := g.Client.Get(g.URL + "/health")
+	if err != nil {
+		return "", ""
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Status string `json:"status"`
+		Epoch  string `json:"config_epoch"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&h)
+	return h.Status, h.Epoch
+}
+
+func cpMetric(t *testing.T, cp *harness.ControlPlane, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", cp.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			var v float64
+			_ = json.Unmarshal([]byte(strings.TrimPrefix(line, series+" ")), &v)
+			return v
+		}
+	}
+	return -1
+}
+
+// A config write answered 2xx is in Redis after kill -9 and a restart with the same command
+// line (AOF with appendfsync everysec, as make run starts it), and the gateway serves the app.
+func TestAcknowledgedConfigWriteSurvivesKill9(t *testing.T) {
+	r := testutil.StartRedisArgs(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	var out struct {
+		Data struct {
+			Version int64 `json:"config_version"`
+		} `json:"data"`
+	}
+	code := api.do("POST", "/api/v1/apps", map[string]any{"app_id": "kept-app", "cluster_id": "default",
+		"guaranteed_quota": 1000, "burst_quota": 5000, "priority": 1}, &out)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d", code)
+	}
+	r.Crash() // SIGKILL right after the 201, then the same command line
+	ctx := context.Background()
+	rdb := r.Client()
+	harness.Eventually(t, 10*time.Second, "the app in the restarted Redis", func() bool {
+		ok, err := rdb.HExists(ctx, "ratelimit:apps", "kept-app").Result()
+		return err == nil && ok
+	})
+	if v, _ := rdb.Get(ctx, "ratelimit:config:version").Int64(); v < out.Data.Version {
+		t.Fatalf("config version %d after the restart, the write answered %d", v, out.Data.Version)
+	}
+	g := harness.StartGateway(t, harness.GatewayOptions{RedisURL: r.URL(), NodeID: "node-kill9"})
+	harness.Eventually(t, 5*time.Second, "the gateway admits kept-app", func() bool {
+		res := g.Do("GET", "/bucket/obj", "kept-app", nil, nil)
+		return res.Status != 403 && res.Status != 429
+	})
+}
+
+type flushLoad struct {
+	total, unknownApp, other atomic.Int64
+}
+
+// load sends GETs for apps until stop is closed, counting refusals because an app is unknown.
+func flushLoadRun(g *harness.Gateway, apps []string, stop <-chan struct{}, res *flushLoad, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		req, _ := http.NewRequest("GET", g.URL+"/bucket/obj", nil)
+		req.Header.Set("X-App-Id", apps[i%len(apps)])
+		resp, err := g.Client.Do(req)
+		if err != nil {
+			res.other.Add(1)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res.total.Add(1)
+		if resp.StatusCode == 403 && bytes.Contains(b, []byte("unknown_app")) {
+			res.unknownApp.Add(1)
+		}
+	}
+}
+
+// FLUSHALL under load: no request is refused because its app vanished, for the whole window;
+// the gateway and the control plane report the lost store (/health, metrics, the alert), and
+// restore from the newest snapshot brings the config and the users back and clears it all.
+func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	cp := harness.StartControlPlane(t, s.redis.URL(), cpEnv(nil))
+	ctx := context.Background()
+	epoch := ""
+	harness.Eventually(t, 5*time.Second, "the store's epoch written and known by the gateway", func() bool {
+		epoch, _ = s.rdb.Get(ctx, "ratelimit:config:epoch").Result()
+		_, ge := gwHealth(t, g)
+		return epoch != "" && ge == epoch
+	})
+	var m []string
+	harness.Eventually(t, 10*time.Second, "a snapshot of the current version (the first admin included)", func() bool {
+		v, _ := s.rdb.Get(ctx, "ratelimit:config:version").Result()
+		m, _ = filepath.Glob(filepath.Join(cp.BackupDir, "config-*-v"+v+".json"))
+		n, _ := s.rdb.HLen(ctx, "ratelimit:admin:users").Result()
+		return len(m) > 0 && n == 1
+	})
+	if fi, err := os.Stat(m[0]); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot %s: mode %v, err %v; want 0600", m[0], fi.Mode().Perm(), err)
+	}
+
+	var res flushLoad
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go flushLoadRun(g, []string{"demo-p0", "demo-p1", "demo-p2"}, stop, &res, &wg)
+	}
+	harness.Eventually(t, 5*time.Second, "load running", func() bool { return res.total.Load() > 50 })
+	if err := s.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 5*time.Second, "the gateway's /health says config_store_lost", func() bool {
+		st, _ := gwHealth(t, g)
+		return st == "config_store_lost"
+	})
+	harness.Eventually(t, 5*time.Second, "the control plane's /health says config_store_lost", func() bool {
+		st, reason := cpHealth(cp)
+		return st == "config_store_lost" && strings.HasPrefix(reason, "epoch_missing")
+	})
+	if v := g.Metric("ratelimit_config_store_lost"); v != 1 {
+		t.Fatalf("gateway ratelimit_config_store_lost = %v", v)
+	}
+	if v := cpMetric(t, cp, "tollgate_cp_config_store_lost"); v != 1 {
+		t.Fatalf("control plane tollgate_cp_config_store_lost = %v", v)
+	}
+	alert := func() map[string]any {
+		doc, err := s.rdb.HGet(ctx, "ratelimit:admin:alerts", "config_store_lost-config").Result()
+		if err != nil {
+			return nil
+		}
+		var a map[string]any
+		_ = json.Unmarshal([]byte(doc), &a)
+		return a
+	}
+	harness.Eventually(t, 5*time.Second, "the critical config_store_lost alert raised", func() bool {
+		a := alert()
+		return a != nil && a["active"] == true && a["severity"] == "critical"
+	})
+	if n, _ := s.rdb.HLen(ctx, "ratelimit:apps").Result(); n != 0 {
+		t.Fatalf("%d apps seeded into the lost store", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // more load on the lost store (several polls of the gateway)
+
+	dry, stderr, code := cp.Command("restore")
+	if code != 3 || !strings.Contains(dry, `"apps[demo-p1].burst_quota"`) {
+		t.Fatalf("restore dry run: exit %d\n%s\n%s", code, dry, stderr)
+	}
+	if n, _ := s.rdb.HLen(ctx, "ratelimit:apps").Result(); n != 0 {
+		t.Fatalf("the dry run wrote %d apps", n)
+	}
+	if out, stderr, code := cp.Command("restore", "-apply"); code != 0 {
+		t.Fatalf("restore: exit %d\n%s\n%s", code, out, stderr)
+	}
+	harness.Eventually(t, 5*time.Second, "the control plane's /health ok again", func() bool {
+		st, _ := cpHealth(cp)
+		return st == "ok"
+	})
+	harness.Eventually(t, 5*time.Second, "the gateway's /health ok again with the same epoch", func() bool {
+		st, ge := gwHealth(t, g)
+		return st == "ok" && ge == epoch
+	})
+	harness.Eventually(t, 5*time.Second, "the alert resolved", func() bool {
+		a := alert()
+		return a != nil && a["active"] == false
+	})
+	close(stop)
+	wg.Wait()
+	if n, _ := s.rdb.HLen(ctx, "ratelimit:apps").Result(); n != 4 {
+		t.Fatalf("%d apps after the restore, want the 4 demo apps", n)
+	}
+	api := loginAdmin(t, cp) // the users came back with the snapshot
+	var apps struct {
+		Data []struct {
+			AppID string `json:"app_id"`
+		} `json:"data"`
+	}
+	if code := api.do("GET", "/api/v1/apps", nil, &apps); code != 200 || len(apps.Data) != 4 {
+		t.Fatalf("apps after restore: %d %+v", code, apps)
+	}
+	t.Logf("%d requests during the test, %d refused as unknown_app, %d transport errors",
+		res.total.Load(), res.unknownApp.Load(), res.other.Load())
+	if res.unknownApp.Load() != 0 {
+		t.Fatalf("%d requests refused as unknown_app while the store was lost", res.unknownApp.Load())
+	}
+	if g.Metric("ratelimit_config_store_lost_total") != 1 {
+		t.Fatalf("ratelimit_config_store_lost_total = %v, want 1 (one loss, logged once)", g.Metric("ratelimit_config_store_lost_total"))
+	}
+	if n := strings.Count(g.ErrorLog(), "config store lost"); n != 1 {
+		t.Fatalf("the gateway logged the loss %d times, want once", n)
+	}
+}
+
+// A replica promoted before it synced (Sentinel): with WAIT on, every config write the control
+// plane answered as replicated is on the new master; a write it could not confirm (the replica
+// was down) is answered 2xx saying so, and its loss makes the control plane report the store
+// lost (version_backwards) instead of carrying on. Master and replica keep an AOF (as production
+// should), so the replica comes back with what it acknowledged.
+func TestSentinelPromotionLosesNoAcknowledgedWrite(t *testing.T) {
+	grp := testutil.StartSentinelGroupArgs(t, "--appendonly", "yes", "--appendfsync", "everysec")
+	cp := harness.StartControlPlane(t, grp.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true",
+		"TOLLGATE_CONFIG_WAIT_TIMEOUT": "300ms"}))
+	api := loginAdmin(t, cp)
+	create := func(id string) string {
+		body, _ := json.Marshal(map[string]any{"app_id": id, "cluster_id": "default",
+			"guaranteed_quota": 100, "burst_quota": 500, "priority": 2})
+		code, hdr, b := api.raw("POST", "/api/v1/apps", "application/json", body)
+		if code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", id, code, b)
+		}
+		return hdr.Get("Tollgate-Replication")
+	}
+	answers := map[string]string{}
+	answers["synced-app"] = create("synced-app")
+	if answers["synced-app"] != "1/1" {
+		t.Fatalf("synced-app: Tollgate-Replication %q, want 1/1", answers["synced-app"])
+	}
+	grp.WaitQuorum()
+	grp.Replica.Kill() // the replica is down: the next write cannot be confirmed
+	answers["unsynced-app"] = create("unsynced-app")
+	old := grp.MasterAddr()
+	grp.Master.Kill()   // the master dies with a write its replica never got …
+	grp.Replica.Crash() // … which comes back from its AOF and is promoted
+	grp.WaitNewMaster(old)
+	ctx := context.Background()
+	nm := grp.Replica.Client()
+	for id, answer := range answers {
+		ok, err := nm.HExists(ctx, "ratelimit:apps", id).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: answered Tollgate-Replication %q, on the new master: %v", id, answer, ok)
+		if !ok && !strings.HasPrefix(answer, "unconfirmed") {
+			t.Errorf("%s was answered %q (not unconfirmed) and is lost after the promotion", id, answer)
+		}
+	}
+	if !strings.HasPrefix(answers["unsynced-app"], "unconfirmed 0/1") {
+		t.Errorf("unsynced-app: Tollgate-Replication %q, want unconfirmed 0/1", answers["unsynced-app"])
+	}
+	if ok, _ := nm.HExists(ctx, "ratelimit:apps", "unsynced-app").Result(); !ok {
+		harness.Eventually(t, 15*time.Second, "the control plane reports the store lost (version went back)", func() bool {
+			st, reason := cpHealth(cp)
+			return st == "config_store_lost" && strings.HasPrefix(reason, "version_backwards")
+		})
+	}
+}
+
+func export(t *testing.T, api *adminAPI, query string) []byte {
+	t.Helper()
+	code, _, b := api.raw("GET", "/api/v1/config/export"+query, "", nil)
+	if code != 200 {
+		t.Fatalf("export%s: %d %s", query, code, b)
+	}
+	return b
+}
+
+// fullConfig gives a store every kind of config: apps, clusters, connection limits, a rule, a
+// breaker.
+func fullConfig(t *testing.T, api *adminAPI) {
+	t.Helper()
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "rt-app", "cluster_id": "default",
+		"guaranteed_quota": 1500, "burst_quota": 6000, "priority": 3, "c_bw": 2, "max_borrow": 100})
+	api.change("PUT", "/api/v1/connections/rt-app", map[string]any{"max_connections": 7, "burst_connections": 9})
+	api.change("PUT", "/api/v1/clusters/default/connections", map[string]any{"max_connections": 70, "reserved_ratio": 0.2})
+	api.change("POST", "/api/v1/rules", map[string]any{"id": "rt-rule", "scope": "user", "user_key": "header:X-User-Id",
+		"match":     map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
+		"algorithm": "fixed_window", "limit": 2, "window_seconds": 60})
+	api.change("PUT", "/api/v1/breakers/rt-backend", map[string]any{"failure_threshold": 3})
+}
+
+// An export imported into an empty store exports identically (JSON and YAML, with and without
+// secrets), through the binary's import and the API's; diff then finds nothing.
+func TestConfigExportImportRoundTrip(t *testing.T) {
+	ra := testutil.StartRedis(t)
+	cpa := harness.StartControlPlane(t, ra.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	a := loginAdmin(t, cpa)
+	fullConfig(t, a)
+	withSecrets := export(t, a, "?secrets=true")
+	plain := export(t, a, "")
+	yml := export(t, a, "?format=yaml")
+	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`} {
+		if !bytes.Contains(plain, []byte(want)) {
+			t.Fatalf("the export lacks %s:\n%s", want, plain)
+		}
+	}
+	if bytes.Contains(plain, []byte("password_hash")) || bytes.Contains(plain, []byte("jwt_secret")) {
+		t.Fatalf("an export without secrets=true holds secrets:\n%s", plain)
+	}
+	if !bytes.Contains(withSecrets, []byte("password_hash")) || !bytes.Contains(withSecrets, []byte("jwt_secret")) {
+		t.Fatalf("the export with secrets=true lacks them")
+	}
+
+	// into an empty store through the binary (YAML) ...
+	rb := testutil.StartRedis(t)
+	cpb := harness.StartControlPlane(t, rb.URL(), cpEnv(nil))
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, yml, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, stderr, code := cpb.Command("diff", file); code != 3 || !strings.Contains(out, "apps[rt-app].burst_quota") {
+		t.Fatalf("diff before import: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if out, stderr, code := cpb.Command("import", "-apply", file); code != 0 {
+		t.Fatalf("import: exit %d\n%s\n%s", code, out, stderr)
+	}
+	b := loginAdmin(t, cpb)
+	if got := export(t, b, "?format=yaml"); !bytes.Equal(got, yml) {
+		t.Fatalf("YAML export after import differs:\n%s\nwant:\n%s", got, yml)
+	}
+	if got := export(t, b, ""); !bytes.Equal(got, plain) {
+		t.Fatalf("JSON export after import differs:\n%s\nwant:\n%s", got, plain)
+	}
+	if out, stderr, code := cpb.Command("diff", file); code != 0 || !strings.Contains(out, `"diff": []`) {
+		t.Fatalf("diff after import: exit %d\n%s\n%s", code, out, stderr)
+	}
+
+	// ... and with secrets through the API (users and the signing secret too)
+	rc := testutil.StartRedis(t)
+	cpc := harness.StartControlPlane(t, rc.URL(), cpEnv(nil))
+	c := loginAdmin(t, cpc)
+	code, _, res := c.raw("POST", "/api/v1/config/import", "application/json", withSecrets)
+	if code != 200 || !bytes.Contains(res, []byte(`"dry_run":true`)) {
+		t.Fatalf("import dry run: %d %s", code, res)
+	}
+	if got := export(t, c, ""); bytes.Contains(got, []byte("rt-app")) {
+		t.Fatal("the dry run wrote")
+	}
+	if code, _, res := c.raw("POST", "/api/v1/config/import?apply=true", "application/json", withSecrets); code != 200 ||
+		!bytes.Contains(res, []byte(`"applied":true`)) {
+		t.Fatalf("import: %d %s", code, res)
+	}
+	if got := export(t, c, "?secrets=true"); !bytes.Equal(got, withSecrets) {
+		t.Fatalf("export with secrets after import differs:\n%s\nwant:\n%s", got, withSecrets)
+	}
+	var audit struct {
+		Data []struct {
+			Action  string `json:"action"`
+			Outcome string `json:"outcome"`
+		} `json:"data"`
+	}
+	c.do("GET", "/api/v1/audit?action=config.*", nil, &audit)
+	seen := map[string]bool{}
+	for _, e := range audit.Data {
+		seen[e.Action+" "+e.Outcome] = true
+	}
+	if !seen["config.import ok"] || !seen["config.import.dry_run ok"] || !seen["config.export_secrets ok"] {
+		t.Fatalf("audit of the import: %+v", audit.Data)
+	}
+}
+
+// A bad document changes nothing: the answer is a 4xx with a machine-readable code (the
+// violations listed), the export and the config version stay what they were.
+func TestBadConfigImportChangesNothing(t *testing.T) {
+	r := testutil.StartRedis(t)
+	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	fullConfig(t, api)
+	before := export(t, api, "?secrets=true")
+	ctx := context.Background()
+	version := func() string { v, _ := r.Client().Get(ctx, "ratelimit:config:version").Result(); return v }
+	v0 := version()
+	var doc map[string]any
+	if err := json.Unmarshal(before, &doc); err != nil {
+		t.Fatal(err)
+	}
+	mutate := func(f func(d map[string]any)) []byte {
+		var d map[string]any
+		_ = json.Unmarshal(before, &d)
+		f(d)
+		b, _ := json.Marshal(d)
+		return b
+	}
+	apps := func(d map[string]any) []any { return d["apps"].([]any) }
+	cases := []struct {
+		name, code string
+		body       []byte
+	}{
+		{"not a document", "invalid_document", []byte("{{{ nope")},
+		{"yaml garbage", "invalid_document", []byte("kind: [unclosed")},
+		{"wrong kind", "invalid_document", mutate(func(d map[string]any) { d["kind"] = "other/v9" })},
+		{"unknown field", "invalid_document", mutate(func(d map[string]any) { d["surprise"] = 1 })},
+		{"over allocation", "config_validation_failed", mutate(func(d map[string]any) {
+			// a new app first in the list (written first), then the one that breaks the cluster
+			d["apps"] = append([]any{map[string]any{"app_id": "aaa-new", "cluster_id": "default",
+				"guaranteed_quota": 10, "burst_quota": 10, "priority": 1, "c_bw": 1, "max_borrow": 0, "enabled": true}},
+				apps(d)...)
+			apps(d)[1].(map[string]any)["guaranteed_quota"] = 90000
+			apps(d)[1].(map[string]any)["burst_quota"] = 90000
+		})},
+		{"rule of an unknown app", "config_validation_failed", mutate(func(d map[string]any) {
+			d["rules"].([]any)[0].(map[string]any)["match"] = map[string]any{"app_ids": []string{"ghost"}}
+		})},
+		{"app moves cluster", "config_validation_failed", mutate(func(d map[string]any) {
+			d["clusters"] = append(d["clusters"].([]any), map[string]any{"id": "other", "capacity": 1000, "reserved_ratio": 0})
+			apps(d)[0].(map[string]any)["cluster_id"] = "other"
+		})},
+		{"no admin left", "config_validation_failed", mutate(func(d map[string]any) {
+			d["users"].([]any)[0].(map[string]any)["role"] = "viewer"
+		})},
+	}
+	for _, c := range cases {
+		code, _, res := api.raw("POST", "/api/v1/config/import?apply=true", "application/json", c.body)
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(res, &e)
+		if code/100 != 4 || e.Error.Code != c.code {
+			t.Errorf("%s: %d %s, want a 4xx %s", c.name, code, res, c.code)
+		}
+		if got := export(t, api, "?secrets=true"); !bytes.Equal(got, before) {
+			t.Fatalf("%s changed the config:\n%s", c.name, got)
+		}
+		if v := version(); v != v0 {
+			t.Fatalf("%s moved the config version %s -> %s", c.name, v0, v)
+		}
+	}
+}

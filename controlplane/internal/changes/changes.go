@@ -56,6 +56,11 @@ type Store interface {
 	PutBucket(ctx context.Context, bucket, app string) (string, int64, error)
 	DeleteBucket(ctx context.Context, bucket string) (string, int64, error)
 	RemoveAppIdentity(ctx context.Context, app string) error
+
+	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
+	ClusterAllocated(ctx context.Context, cluster string) (int64, error)
+	RemoveApp(ctx context.Context, id string) error
+	PageApps(ctx context.Context, prefix string, offset, limit int64) (store.AppPage, error)
 }
 
 // Validator validates changes (implemented by *validate.Validator).

@@ -31,10 +31,11 @@ const cliUsage = `usage: tollgate-controlplane                 run the control p
                                                   TOLLGATE_CONFIG_BACKUP_DIR) back into an
                                                   empty or lost store; dry run unless -apply
        tollgate-controlplane backups              list the snapshots, newest first
+       tollgate-controlplane --version            print the version
 Settings are TOLLGATE_* environment variables (docs/settings.md): the Redis and the backup
 directory come from the same environment as the server (TOLLGATE_REDIS_URL,
 TOLLGATE_CONFIG_BACKUP_DIR, ...). Exit status: 0 done, 1 error,
-2 bad cliUsage, 3 a dry run or diff that found changes or violations.
+2 bad usage, 3 a dry run or diff that found changes or violations.
 `
 
 // command runs a subcommand and returns the exit status.

@@ -376,14 +376,16 @@ local function upstream_answered()
 end
 
 -- A request the backend refused as unauthenticated, refunded: counted by app (a bounded label),
--- per client IP in a one-minute window of the ratelimit dict (never a label), and an event
--- carrying the IP, that count and the access key id.
+-- per client IP in a one-minute window of its own dict (never a label; a spray from many
+-- addresses evicts only other addresses' counts), and an event carrying the IP, that count and
+-- the access key id.
 local AUTH_WINDOW = 60
+local afdict = ngx.shared.tollgate_authfail     -- nil in an nginx without the http include's dict
 local function auth_failed(ctx, label, method, status)
     metrics.inc('ratelimit_auth_failures_total{app_id="' .. label .. '"}')
     local headers = reqheaders.all(ctx.h)
     local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], conf.trusted_proxies)
-    local n = shm.dict:incr("af:" .. tostring(ip), 1, 0, AUTH_WINDOW)
+    local n = afdict and afdict:incr(tostring(ip), 1, 0, AUTH_WINDOW)
     local sampled = events.take("auth_failed", label, nil)
     if not sampled then
         return

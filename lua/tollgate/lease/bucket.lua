@@ -228,8 +228,11 @@ local function slow_acquire(a, k, cost)
         return fail_open(a, k, cost)
     end
     if res[5] == "unknown_app" then
-        -- the gateway knows the app but Redis lost its state: not the client's fault
-        log(ERR, "tollgate: L2 state of ", a.id, " missing in Redis, failing open")
+        -- the gateway knows the app but Redis lost its state: not the client's fault (while the
+        -- whole config store is lost, config logged that once: no line per request)
+        if not config.store_lost() then
+            log(ERR, "tollgate: L2 state of ", a.id, " missing in Redis, failing open")
+        end
         return fail_open(a, k, cost)
     end
     if res[5] == "app_disabled" then

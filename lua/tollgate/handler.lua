@@ -314,9 +314,13 @@ function _M.access()
     local cost, estimate, reserve, chunked = calculator:price(a, op, headers, nkeys)
     -- rules after the connection slot and the price, before the tiers: a rule rejection
     -- charges no tier tokens, and log() gives the slot back
-    local rule, rretry, rremaining = rules.check(a, method, headers, cost)
+    local rule, rretry, rremaining, dup = rules.check(a, method, headers, cost)
     if rule then
         ctx.tg_label = id
+        if dup then
+            return response.refuse(400, "duplicate_header", "send exactly one " .. dup
+                .. " header: rule " .. rule.id .. " counts requests by it")
+        end
         count_rejection(id, "rule_limited")
         local retry = math.ceil(rretry)
         if retry < 1 then

@@ -168,7 +168,25 @@ local function triggered(r, action, skey, method, remaining)
     }, sampled)
 end
 
--- Scope key of rule r for this request, or nil when the rule does not match it.
+-- Whether header value v (a string, or the list of a repeated header's values) is, or
+-- holds, want.
+local function has_value(v, want)
+    if v == want then
+        return true
+    end
+    if type(v) == "table" then
+        for i = 1, #v do
+            if v[i] == want then
+                return true
+            end
+        end
+    end
+    return false
+end
+
+-- Scope key of rule r for this request, or nil when the rule does not match it; nil and the
+-- header's name when the request repeats the header the rule's user key comes from (which of
+-- its values the backend believes is unknown: the request is refused, never let past).
 local function matches(r)
     local h = req.headers
     if r.bucket or r.key_prefix or r.path_glob then
@@ -182,7 +200,7 @@ local function matches(r)
     local hs = r.headers
     if hs then
         for i = 1, #hs do
-            if h[hs[i][1]] ~= hs[i][2] then
+            if not has_value(h[hs[i][1]], hs[i][2]) then
                 return nil
             end
         end
@@ -204,9 +222,16 @@ local function matches(r)
     end
     local u
     if r.user_s3 then
-        u = _M.access_key(h["authorization"])
+        u = h["authorization"]
+        if type(u) == "table" then
+            return nil, "authorization"
+        end
+        u = _M.access_key(u)
     else
         u = h[r.user_header]
+        if type(u) == "table" then
+            return nil, r.user_header
+        end
     end
     if type(u) ~= "string" or u == "" then
         return nil
@@ -238,7 +263,8 @@ end
 
 --- Check the rules of a request of app `a` (method, headers, cost = the known tier cost).
 -- Returns nil to go on (possibly after a throttle delay) or the rejecting rule, retry_after
--- (seconds) and remaining.
+-- (seconds) and remaining; or the rule, nil, nil and a header's name when the request repeats
+-- the header that rule takes its user from (the caller refuses it with 400).
 function _M.check(a, method, headers, cost)
     if current ~= gen then
         compile(current)
@@ -258,7 +284,12 @@ function _M.check(a, method, headers, cost)
         local r = list[i]
         if (not r.effective_from or t >= r.effective_from)
                 and (not r.effective_to or t < r.effective_to) then
-            local skey = matches(r)
+            local skey, dup = matches(r)
+            if dup and r.action ~= "shadow" then
+                metrics.inc(r.s_hits)
+                metrics.inc(r.s_act.blocked)
+                return r, nil, nil, dup
+            end
             if skey then
                 metrics.inc(r.s_hits)
                 local units = r.is_cost and cost or 1

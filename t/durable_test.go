@@ -354,6 +354,9 @@ func fullConfig(t *testing.T, api *adminAPI) {
 		"match":     map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
 		"algorithm": "fixed_window", "limit": 2, "window_seconds": 60})
 	api.change("PUT", "/api/v1/breakers/rt-backend", map[string]any{"failure_threshold": 3})
+	api.change("POST", "/api/v1/apps/rt-app/access-keys", map[string]any{"access_key_id": "AKIAROUNDTRIP0000001"})
+	api.change("POST", "/api/v1/apps/rt-app/access-keys", map[string]any{"access_key_id": "minio.rt~key"})
+	api.change("PUT", "/api/v1/buckets/rt-public", map[string]any{"app_id": "rt-app"})
 }
 
 // An export imported into an empty store exports identically (JSON and YAML, with and without
@@ -366,7 +369,8 @@ func TestConfigExportImportRoundTrip(t *testing.T) {
 	withSecrets := export(t, a, "?secrets=true")
 	plain := export(t, a, "")
 	yml := export(t, a, "?format=yaml")
-	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`} {
+	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`,
+		`"AKIAROUNDTRIP0000001"`, `"minio.rt~key"`, `"rt-public"`} {
 		if !bytes.Contains(plain, []byte(want)) {
 			t.Fatalf("the export lacks %s:\n%s", want, plain)
 		}

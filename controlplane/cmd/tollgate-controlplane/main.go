@@ -36,9 +36,13 @@ func main() {
 			fmt.Println(version.String("tollgate-controlplane"))
 			return
 		}
-		fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version]\n"+
-			"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
-		os.Exit(2)
+		switch os.Args[1] {
+		case "export", "diff", "import", "restore", "backups": // cli.go
+		default:
+			fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version | export | diff | import | restore | backups ...]\n"+
+				"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
+			os.Exit(2)
+		}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if len(os.Args) > 1 {

@@ -32,7 +32,10 @@ type Writer struct {
 func (w Writer) deleteApp(ctx context.Context, a App) error {
 	c, id := a.ClusterID, a.AppID
 	if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
-		return w.Redis.HDel(ctx, keys.AppsIndex(), id).Err()
+		if err := w.Redis.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
+			return err
+		}
+		return w.Store.RemoveAppIdentity(ctx, id) // its access keys and buckets go with it
 	}); err != nil {
 		return err
 	}
@@ -201,6 +204,18 @@ func (w Writer) writeRest(ctx context.Context, cur, doc Document, oldC map[strin
 				"burst_connections", a.Connections.BurstConnections).Err(); err != nil {
 				return err
 			}
+		}
+	}
+	// S3 identity: every app's keys and buckets that go are released first, so that a key or
+	// bucket moving between apps is free when its new app claims it
+	for _, a := range doc.Apps {
+		if err := w.Store.ReleaseIdentityExcept(ctx, a.AppID, a.AccessKeys, a.Buckets); err != nil {
+			return err
+		}
+	}
+	for _, a := range doc.Apps {
+		if err := w.Store.ClaimIdentity(ctx, a.AppID, a.AccessKeys, a.Buckets); err != nil {
+			return fmt.Errorf("app %s: %w", a.AppID, err)
 		}
 	}
 	type entry struct{ id, doc string }

@@ -61,6 +61,8 @@ type ClusterConn struct {
 type App struct {
 	store.App
 	Connections *validate.ConnLimits `json:"connections,omitempty"`
+	AccessKeys  []string             `json:"access_keys,omitempty"` // S3 access key ids (sorted)
+	Buckets     []string             `json:"buckets,omitempty"`     // buckets mapped to the app (sorted)
 }
 
 // Reader reads the config out of Redis.
@@ -110,6 +112,18 @@ func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) 
 			return d, fmt.Errorf("durable: app %s connections: %w", a.AppID, err)
 		}
 		app := App{App: a}
+		if app.AccessKeys, err = r.Store.AccessKeys(ctx, a.AppID); err != nil {
+			return d, fmt.Errorf("durable: app %s access keys: %w", a.AppID, err)
+		}
+		if app.Buckets, err = r.Store.AppBuckets(ctx, a.AppID); err != nil {
+			return d, fmt.Errorf("durable: app %s buckets: %w", a.AppID, err)
+		}
+		if len(app.AccessKeys) == 0 {
+			app.AccessKeys = nil
+		}
+		if len(app.Buckets) == 0 {
+			app.Buckets = nil
+		}
 		if m, err := strconv.ParseInt(str(v[0]), 10, 64); err == nil {
 			b, err := strconv.ParseInt(str(v[1]), 10, 64)
 			if err != nil {
@@ -296,6 +310,7 @@ func Check(d Document) []validate.Violation {
 		}
 	}
 	apps := map[string]bool{}
+	akeyOwner, bucketOwner := map[string]string{}, map[string]string{}
 	guaranteed := map[string]int64{}
 	for i, a := range d.Apps {
 		f := fmt.Sprintf("apps[%d]", i)
@@ -307,6 +322,26 @@ func Check(d Document) []validate.Violation {
 			add(f+".app_id", "duplicate", "app %s listed twice", a.AppID)
 		}
 		apps[a.AppID] = true
+		for j, k := range a.AccessKeys {
+			switch {
+			case !store.ValidAccessKey(k):
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "invalid_access_key_id", "not an accepted access key id")
+			case akeyOwner[k] != "":
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "access_key_in_use", "access key %s also belongs to app %s", k, akeyOwner[k])
+			default:
+				akeyOwner[k] = a.AppID
+			}
+		}
+		for j, b := range a.Buckets {
+			switch {
+			case !store.ValidBucket(b):
+				add(fmt.Sprintf("%s.buckets[%d]", f, j), "invalid_bucket", "not a valid S3 bucket name")
+			case bucketOwner[b] != "":
+				add(fmt.Sprintf("%s.buckets[%d]", f, j), "duplicate", "bucket %s also belongs to app %s", b, bucketOwner[b])
+			default:
+				bucketOwner[b] = a.AppID
+			}
+		}
 		if _, ok := clusters[a.ClusterID]; !ok {
 			add(f+".cluster_id", "unknown_cluster", "app %s: cluster %q is not in the document", a.AppID, a.ClusterID)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"tollgate/internal/testutil"
 	"tollgate/t/harness"
 )
 
@@ -219,4 +221,39 @@ func logsOf(run string) string {
 		b.WriteString("== " + f + "\n" + strings.Join(lines, "\n") + "\n")
 	}
 	return b.String()
+}
+
+// Issue 19 item 5, the control plane's side: with TOLLGATE_ADMIN_PASSWORD_FILE the generated
+// first password goes to that file (0600), never to the process' output (a supervisor's log);
+// the password signs in; a later start that generates nothing leaves no file.
+func TestControlPlaneAdminPasswordFile(t *testing.T) {
+	r := testutil.StartRedis(t)
+	file := filepath.Join(t.TempDir(), "admin-password")
+	env := map[string]string{"TOLLGATE_ADMIN_PASSWORD": "", "TOLLGATE_ADMIN_PASSWORD_FILE": file,
+		"TOLLGATE_CP_JOBS": "false"}
+	cp := harness.StartControlPlane(t, r.URL(), env)
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatalf("no password file: %v\n%s", err, cp.Output())
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("password file mode %v, want 0600", st.Mode().Perm())
+	}
+	b, _ := os.ReadFile(file)
+	m := regexp.MustCompile(`with the password\s+(\S+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("password file without a password:\n%s", b)
+	}
+	pw := string(m[1])
+	if strings.Contains(cp.Output(), pw) {
+		t.Fatalf("the generated password is in the control plane's output:\n%s", cp.Output())
+	}
+	if code := loginStatus(t, http.DefaultClient, cp.URL, pw, nil); code != 200 {
+		t.Fatalf("login with the password of the file: %d", code)
+	}
+	os.Remove(file)
+	harness.StartControlPlane(t, r.URL(), env) // the admin exists: nothing generated
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Fatalf("a start that generated no password left a file: %v", err)
+	}
 }

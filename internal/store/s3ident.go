@@ -154,6 +154,9 @@ func (s *Store) AddAccessKey(ctx context.Context, app, key string) (created bool
 	if err := s.checkApp(ctx, app); err != nil {
 		return false, 0, err
 	}
+	if err := s.before(ctx); err != nil { // a lost store takes no write at all
+		return false, 0, err
+	}
 	claimed, err := s.rdb.HSetNX(ctx, keys.AccessKeys(), key, app).Result()
 	if err != nil {
 		return false, 0, fmt.Errorf("store: claim access key: %w", err)
@@ -195,6 +198,9 @@ func (s *Store) RemoveAccessKey(ctx context.Context, app, key string) (int64, er
 	}
 	if !keys.ValidID(app) {
 		return 0, invalidID("app", app)
+	}
+	if err := s.before(ctx); err != nil {
+		return 0, err
 	}
 	removed, err := s.release(ctx, keys.AccessKeys(), key, app)
 	if err != nil {
@@ -271,6 +277,9 @@ func (s *Store) PutBucket(ctx context.Context, bucket, app string) (previous str
 	if err := s.checkApp(ctx, app); err != nil {
 		return "", 0, err
 	}
+	if err := s.before(ctx); err != nil {
+		return "", 0, err
+	}
 	old, err := s.scripts.Run(ctx, s.rdb, "owner_set", []string{keys.Buckets()}, bucket, app).Text()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", 0, fmt.Errorf("store: map bucket: %w", err)
@@ -302,6 +311,9 @@ func (s *Store) PutBucket(ctx context.Context, bucket, app string) (previous str
 func (s *Store) DeleteBucket(ctx context.Context, bucket string) (string, int64, error) {
 	owner, err := s.BucketOwner(ctx, bucket)
 	if err != nil {
+		return "", 0, err
+	}
+	if err := s.before(ctx); err != nil {
 		return "", 0, err
 	}
 	removed, err := s.release(ctx, keys.Buckets(), bucket, owner)
@@ -342,83 +354,6 @@ func (s *Store) RemoveAppIdentity(ctx context.Context, app string) error {
 		}
 		if err := s.rdb.Del(ctx, m.set).Err(); err != nil {
 			return fmt.Errorf("store: delete %s: %w", m.set, err)
-		}
-	}
-	return nil
-}
-
-// ReleaseIdentityExcept releases the access keys and buckets an app holds that are not in keep
-// (no version bump: for a caller that bumps once for a whole change, e.g. an import).
-func (s *Store) ReleaseIdentityExcept(ctx context.Context, app string, keepKeys, keepBuckets []string) error {
-	if !keys.ValidID(app) {
-		return invalidID("app", app)
-	}
-	for _, m := range []struct {
-		set, owners string
-		keep        []string
-	}{{keys.AppAccessKeys(app), keys.AccessKeys(), keepKeys}, {keys.AppBuckets(app), keys.Buckets(), keepBuckets}} {
-		keep := map[string]bool{}
-		for _, k := range m.keep {
-			keep[k] = true
-		}
-		members, err := s.rdb.SMembers(ctx, m.set).Result()
-		if err != nil {
-			return fmt.Errorf("store: read %s: %w", m.set, err)
-		}
-		for _, f := range members {
-			if keep[f] {
-				continue
-			}
-			if _, err := s.release(ctx, m.owners, f, app); err != nil {
-				return err
-			}
-			if err := s.rdb.SRem(ctx, m.set, f).Err(); err != nil {
-				return fmt.Errorf("store: unindex %s: %w", m.set, err)
-			}
-		}
-	}
-	return nil
-}
-
-// ClaimIdentity gives an app access keys and buckets (no version bump, see
-// ReleaseIdentityExcept); ErrAccessKeyInUse when another app holds one of the keys. Buckets
-// move to the app.
-func (s *Store) ClaimIdentity(ctx context.Context, app string, akeys, buckets []string) error {
-	if !keys.ValidID(app) {
-		return invalidID("app", app)
-	}
-	for _, k := range akeys {
-		if !ValidAccessKey(k) {
-			return ErrInvalidAccessKey
-		}
-		ok, err := s.rdb.HSetNX(ctx, keys.AccessKeys(), k, app).Result()
-		if err != nil {
-			return fmt.Errorf("store: claim access key: %w", err)
-		}
-		if !ok {
-			if owner, err := s.rdb.HGet(ctx, keys.AccessKeys(), k).Result(); err != nil || owner != app {
-				return ErrAccessKeyInUse
-			}
-		}
-		if err := s.rdb.SAdd(ctx, keys.AppAccessKeys(app), k).Err(); err != nil {
-			return fmt.Errorf("store: index access key: %w", err)
-		}
-	}
-	for _, b := range buckets {
-		if !ValidBucket(b) {
-			return ErrInvalidBucket
-		}
-		old, err := s.scripts.Run(ctx, s.rdb, "owner_set", []string{keys.Buckets()}, b, app).Text()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("store: map bucket: %w", err)
-		}
-		if old != "" && old != app && keys.ValidID(old) {
-			if err := s.rdb.SRem(ctx, keys.AppBuckets(old), b).Err(); err != nil {
-				return fmt.Errorf("store: unindex bucket: %w", err)
-			}
-		}
-		if err := s.rdb.SAdd(ctx, keys.AppBuckets(app), b).Err(); err != nil {
-			return fmt.Errorf("store: index bucket: %w", err)
 		}
 	}
 	return nil

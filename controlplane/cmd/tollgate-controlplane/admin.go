@@ -21,7 +21,7 @@ import (
 // of stderr (which a supervisor usually appends to a log): created 0600 before the user is, so
 // that a file that cannot be written stops the start before a password nobody sees exists.
 // scripts/stack.sh prints it on the terminal and deletes it.
-const EnvAdminPasswordFile = "TOLLGATE_ADMIN_PASSWORD_FILE"
+const EnvAdminPasswordFile = "TOLLGATE_ADMIN_PASSWORD_FILE" // file for the first admin's generated password, created 0600 (none: stderr; a writable path)
 
 // startAdmin starts the admin API (controlplane/internal/admin); a first admin password it
 // generates is printed on stderr or written to $TOLLGATE_ADMIN_PASSWORD_FILE. The returned

@@ -57,12 +57,13 @@ type ClusterConn struct {
 	ReservedRatio  float64 `json:"reserved_ratio"`
 }
 
-// App is an app (L2) with its connection limits (nil: the gateway defaults).
+// App is an app (L2) with its connection limits (nil: the gateway defaults), its S3 access key
+// ids and the buckets mapped to it (ratelimit:access_keys, ratelimit:buckets).
 type App struct {
 	store.App
 	Connections *validate.ConnLimits `json:"connections,omitempty"`
-	AccessKeys  []string             `json:"access_keys,omitempty"` // S3 access key ids (sorted)
-	Buckets     []string             `json:"buckets,omitempty"`     // buckets mapped to the app (sorted)
+	AccessKeys  []string             `json:"access_keys,omitempty"`
+	Buckets     []string             `json:"buckets,omitempty"`
 }
 
 // Reader reads the config out of Redis.
@@ -112,24 +113,24 @@ func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) 
 			return d, fmt.Errorf("durable: app %s connections: %w", a.AppID, err)
 		}
 		app := App{App: a}
-		if app.AccessKeys, err = r.Store.AccessKeys(ctx, a.AppID); err != nil {
-			return d, fmt.Errorf("durable: app %s access keys: %w", a.AppID, err)
-		}
-		if app.Buckets, err = r.Store.AppBuckets(ctx, a.AppID); err != nil {
-			return d, fmt.Errorf("durable: app %s buckets: %w", a.AppID, err)
-		}
-		if len(app.AccessKeys) == 0 {
-			app.AccessKeys = nil
-		}
-		if len(app.Buckets) == 0 {
-			app.Buckets = nil
-		}
 		if m, err := strconv.ParseInt(str(v[0]), 10, 64); err == nil {
 			b, err := strconv.ParseInt(str(v[1]), 10, 64)
 			if err != nil {
 				b = m
 			}
 			app.Connections = &validate.ConnLimits{MaxConnections: m, BurstConnections: b}
+		}
+		if app.AccessKeys, err = r.Store.AccessKeys(ctx, a.AppID); err != nil {
+			return d, err
+		}
+		if app.Buckets, err = r.Store.AppBuckets(ctx, a.AppID); err != nil {
+			return d, err
+		}
+		if len(app.AccessKeys) == 0 {
+			app.AccessKeys = nil
+		}
+		if len(app.Buckets) == 0 {
+			app.Buckets = nil
 		}
 		d.Apps = append(d.Apps, app)
 	}
@@ -310,8 +311,8 @@ func Check(d Document) []validate.Violation {
 		}
 	}
 	apps := map[string]bool{}
-	akeyOwner, bucketOwner := map[string]string{}, map[string]string{}
 	guaranteed := map[string]int64{}
+	keyOwner, bucketOwner := map[string]string{}, map[string]string{}
 	for i, a := range d.Apps {
 		f := fmt.Sprintf("apps[%d]", i)
 		if !keys.ValidID(a.AppID) {
@@ -322,26 +323,6 @@ func Check(d Document) []validate.Violation {
 			add(f+".app_id", "duplicate", "app %s listed twice", a.AppID)
 		}
 		apps[a.AppID] = true
-		for j, k := range a.AccessKeys {
-			switch {
-			case !store.ValidAccessKey(k):
-				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "invalid_access_key_id", "not an accepted access key id")
-			case akeyOwner[k] != "":
-				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "access_key_in_use", "access key %s also belongs to app %s", k, akeyOwner[k])
-			default:
-				akeyOwner[k] = a.AppID
-			}
-		}
-		for j, b := range a.Buckets {
-			switch {
-			case !store.ValidBucket(b):
-				add(fmt.Sprintf("%s.buckets[%d]", f, j), "invalid_bucket", "not a valid S3 bucket name")
-			case bucketOwner[b] != "":
-				add(fmt.Sprintf("%s.buckets[%d]", f, j), "duplicate", "bucket %s also belongs to app %s", b, bucketOwner[b])
-			default:
-				bucketOwner[b] = a.AppID
-			}
-		}
 		if _, ok := clusters[a.ClusterID]; !ok {
 			add(f+".cluster_id", "unknown_cluster", "app %s: cluster %q is not in the document", a.AppID, a.ClusterID)
 		}
@@ -366,6 +347,24 @@ func Check(d Document) []validate.Violation {
 			add(f+".connections", "invalid_connections", "max_connections must be positive and burst_connections at least it")
 		}
 		guaranteed[a.ClusterID] += a.GuaranteedQuota
+		for j, k := range a.AccessKeys {
+			switch {
+			case !store.ValidAccessKey(k):
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "invalid_access_key", "not an access key id")
+			case keyOwner[k] != "":
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "duplicate", "access key %s listed for %s and %s", k, keyOwner[k], a.AppID)
+			}
+			keyOwner[k] = a.AppID
+		}
+		for j, b := range a.Buckets {
+			switch {
+			case !store.ValidBucket(b):
+				add(fmt.Sprintf("%s.buckets[%d]", f, j), "invalid_bucket", "not a valid S3 bucket name")
+			case bucketOwner[b] != "":
+				add(fmt.Sprintf("%s.buckets[%d]", f, j), "duplicate", "bucket %s listed for %s and %s", b, bucketOwner[b], a.AppID)
+			}
+			bucketOwner[b] = a.AppID
+		}
 	}
 	for id, g := range guaranteed {
 		c, ok := clusters[id]

@@ -6,7 +6,9 @@
 -- headers (rules, events). An S3 request carries eight or more headers (authorization,
 -- x-amz-date, x-amz-content-sha256, user-agent, ...) of which the limiter reads one or two.
 -- Keys are nginx's lower-case header names; a repeated header becomes the list of its values,
--- as in get_headers. Reads through the FFI functions resty.core's get_headers uses.
+-- as in get_headers. Reads through the FFI functions resty.core's get_headers uses, but takes
+-- every header (get_headers stops at 100: a header a rule depends on, sent after 100 others,
+-- would have let the request past the rule; nginx's header buffers bound how many there are).
 local ffi = require("ffi")
 local base = require("resty.core.base")
 require("resty.core.request")   -- declares ngx_http_lua_ffi_req_get_headers{,_count} and
@@ -22,7 +24,7 @@ local var = ngx.var
 
 local _M = {}
 
-_M.MAX = 100                    -- headers looked at, as get_headers(100)
+_M.MAX = 100                    -- headers of the reused buffer; a request with more gets its own
 local buf = ffi.new("ngx_http_lua_ffi_table_elt_t[?]", _M.MAX)
 local truncated = ffi.new("int[1]")
 
@@ -58,18 +60,25 @@ end
 -- wanted: true takes the wanted names only, false every other one
 local function fill(t, wanted)
     local r = get_request()
-    local n = C.ngx_http_lua_ffi_req_get_headers_count(r, _M.MAX, truncated)
-    if n <= 0 or C.ngx_http_lua_ffi_req_get_headers(r, buf, n, 0) ~= 0 then
+    local n = C.ngx_http_lua_ffi_req_get_headers_count(r, 0, truncated)    -- 0: all of them
+    if n <= 0 then
+        return t
+    end
+    local b = buf
+    if n > _M.MAX then
+        b = ffi.new("ngx_http_lua_ffi_table_elt_t[?]", n)
+    end
+    if C.ngx_http_lua_ffi_req_get_headers(r, b, n, 0) ~= 0 then
         return t
     end
     for i = 0, n - 1 do
-        -- buf[i] indexed each time: a local reference to the element would be a cdata that
+        -- b[i] indexed each time: a local reference to the element would be a cdata that
         -- the compiled loop materializes on its exit (24 bytes of garbage per request)
-        local len = tonumber(buf[i].key.len)
+        local len = tonumber(b[i].key.len)
         if not wanted or (len <= LEN_MAX and WANTED_LEN[len]) then
-            local key = ffi_str(buf[i].key.data, len)
+            local key = ffi_str(b[i].key.data, len)
             if (WANTED[key] == true) == wanted then
-                add(t, key, ffi_str(buf[i].value.data, buf[i].value.len))
+                add(t, key, ffi_str(b[i].value.data, b[i].value.len))
             end
         end
     end

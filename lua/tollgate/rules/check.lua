@@ -31,7 +31,7 @@ local type = type
 
 local _M = {}
 
-local S, R, SC
+local conf, redis_client, redis_scripts
 local gen = false             -- generation of the compiled set
 local current = nil           -- the generation this worker serves (config.on_generation)
 local all = {}                -- every enabled rule, in order
@@ -41,7 +41,7 @@ local memo_n = 0
 local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 
 function _M.init(settings, client, script_set)
-    S, R, SC = settings, client, script_set
+    conf, redis_client, redis_scripts = settings, client, script_set
     global.init(settings, client, script_set)
     algo.set_workers(ngx.worker.count() or 1)
 end
@@ -134,7 +134,7 @@ local function client_ip()
     if req.ip == nil then
         local remote = var.remote_addr
         local ip, bin = ipmatch.client(remote, req.headers["x-forwarded-for"],
-            S.trusted_proxies)
+            conf.trusted_proxies)
         req.ip, req.ip_bin = ip or "", bin or false
     end
     return req.ip, req.ip_bin
@@ -168,7 +168,25 @@ local function triggered(r, action, skey, method, remaining)
     }, sampled)
 end
 
--- Scope key of rule r for this request, or nil when the rule does not match it.
+-- Whether header value v (a string, or the list of a repeated header's values) is, or
+-- holds, want.
+local function has_value(v, want)
+    if v == want then
+        return true
+    end
+    if type(v) == "table" then
+        for i = 1, #v do
+            if v[i] == want then
+                return true
+            end
+        end
+    end
+    return false
+end
+
+-- Scope key of rule r for this request, or nil when the rule does not match it; nil and the
+-- header's name when the request repeats the header the rule's user key comes from (which of
+-- its values the backend believes is unknown: the request is refused, never let past).
 local function matches(r)
     local h = req.headers
     if r.bucket or r.key_prefix or r.path_glob then
@@ -182,7 +200,7 @@ local function matches(r)
     local hs = r.headers
     if hs then
         for i = 1, #hs do
-            if h[hs[i][1]] ~= hs[i][2] then
+            if not has_value(h[hs[i][1]], hs[i][2]) then
                 return nil
             end
         end
@@ -204,9 +222,16 @@ local function matches(r)
     end
     local u
     if r.user_s3 then
-        u = _M.access_key(h["authorization"])
+        u = h["authorization"]
+        if type(u) == "table" then
+            return nil, "authorization"
+        end
+        u = _M.access_key(u)
     else
         u = h[r.user_header]
+        if type(u) == "table" then
+            return nil, r.user_header
+        end
     end
     if type(u) ~= "string" or u == "" then
         return nil
@@ -238,7 +263,8 @@ end
 
 --- Check the rules of a request of app `a` (method, headers, cost = the known tier cost).
 -- Returns nil to go on (possibly after a throttle delay) or the rejecting rule, retry_after
--- (seconds) and remaining.
+-- (seconds) and remaining; or the rule, nil, nil and a header's name when the request repeats
+-- the header that rule takes its user from (the caller refuses it with 400).
 function _M.check(a, method, headers, cost)
     if current ~= gen then
         compile(current)
@@ -258,7 +284,12 @@ function _M.check(a, method, headers, cost)
         local r = list[i]
         if (not r.effective_from or t >= r.effective_from)
                 and (not r.effective_to or t < r.effective_to) then
-            local skey = matches(r)
+            local skey, dup = matches(r)
+            if dup and r.action ~= "shadow" then
+                metrics.inc(r.s_hits)
+                metrics.inc(r.s_act.blocked)
+                return r, nil, nil, dup
+            end
             if skey then
                 metrics.inc(r.s_hits)
                 local units = r.is_cost and cost or 1
@@ -333,8 +364,8 @@ function _M.push_stats()
     if #args == 0 then
         return
     end
-    local res, err = R:with(S.bg_timeout_ms, function(red)
-        return scripts.run(red, SC.rule_stats, 1, keys.rule_stats(), unpack(args))
+    local res, err = redis_client:with(conf.bg_timeout_ms, function(red)
+        return scripts.run(red, redis_scripts.rule_stats, 1, keys.rule_stats(), unpack(args))
     end)
     if not res then
         ngx.log(ngx.WARN, "tollgate: rule stats push failed: ", err)

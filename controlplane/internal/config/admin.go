@@ -42,6 +42,10 @@ const (
 	EnvAlertSpikeMinHistory = "TOLLGATE_ALERT_SPIKE_MIN_HISTORY" // alert traffic_spike: history needed (10m; 1s to 24h, at most the baseline)
 )
 
+// EnvAdminPwFile names the file (created 0600) that receives a generated first password instead
+// of stderr; controlplane/cmd/tollgate-controlplane reads it.
+const EnvAdminPwFile = "TOLLGATE_ADMIN_PASSWORD_FILE" // file (created 0600) that receives a generated first password instead of stderr (none; a path, make run shows it on the terminal and deletes it)
+
 // Admin configures the admin API.
 type Admin struct {
 	User         string

@@ -12,7 +12,7 @@ RUN npm ci --no-audit --no-fund --loglevel=error
 COPY web/ ./
 RUN npm run build
 
-FROM golang:1.24-bookworm AS build
+FROM golang:1.25-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -21,12 +21,15 @@ COPY --from=console /src/web/dist/ ./web/dist/
 ARG VERSION=dev
 RUN CGO_ENABLED=0 GOOS=linux go build -trimpath \
       -ldflags "-s -w -X tollgate/internal/version.Version=${VERSION}" \
-      -o /out/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3
+      -o /out/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3 && \
+    mkdir -p /out/state
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/tollgate-controlplane /out/tollgate-demo-s3 /usr/bin/
+# the run directory (config snapshots), the user's own: a volume mounted there starts so
+COPY --from=build --chown=65532:65532 /out/state/ /var/lib/tollgate/
 # distroless' nonroot user; no shell, no package manager
 USER 65532:65532
-ENV TOLLGATE_CP_ADDR=0.0.0.0:9090
+ENV TOLLGATE_CP_ADDR=0.0.0.0:9090 TOLLGATE_RUN_DIR=/var/lib/tollgate
 EXPOSE 9090
 ENTRYPOINT ["/usr/bin/tollgate-controlplane"]

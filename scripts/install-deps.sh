@@ -7,13 +7,12 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 # nginx-extras ships OpenResty's LuaJIT (libluajit2); the matching interpreter is luajit2.
-# libatomic1: the gateway's atomic counters (tollgate.counters) call it through the FFI.
 # docker-compose: make test validates docker-compose.yml with `docker-compose config` (no
 # daemon needed; containers never run here). systemd: systemd-analyze verifies the units.
 # awscli, s3cmd, rclone, python3-boto3: the real S3 clients of the client suite (t/s3clients_test.go).
 PACKAGES=(nginx-extras lua-nginx-redis lua-nginx-redis-connector lua-nginx-string lua-cjson
           redis-server redis-tools redis-sentinel prometheus wrk hyperfine lua-busted lua-check
-          luajit2 libatomic1 chromium curl procps ca-certificates docker-compose systemd
+          luajit2 chromium curl procps ca-certificates docker-compose systemd
           awscli s3cmd rclone python3-boto3)
 
 missing=()

@@ -1,7 +1,7 @@
 // docker-compose.yml and the Dockerfile, checked statically (containers cannot run in CI):
 // docker-compose validates the file (Debian's docker-compose, no daemon needed), every TOLLGATE_*
-// variable it sets or interpolates is a setting tollgate reads (and documented in
-// docs/settings.md once that exists), secrets only come from the uncommitted .env, every bind
+// variable it sets or interpolates is a setting tollgate reads and documented (docs/settings.md,
+// docs/operations.md), secrets only come from the uncommitted .env, every bind
 // mount exists; the Dockerfile is multi-stage, builds a static binary and runs as non-root.
 package t
 
@@ -32,9 +32,8 @@ import (
 var settingName = regexp.MustCompile(`"(TOLLGATE_[A-Z0-9_]+)"`)
 
 // readSettings is every TOLLGATE_* name the code reads: string literals of the gateway's Lua
-// (lua/) and of the Go programs (controlplane/, demo/, internal/, tests excluded). The source
-// the compose file is checked against until docs/settings.md (one schema of all settings)
-// exists; once it does, each name must also be documented there.
+// (lua/) and of the Go programs (controlplane/, demo/, internal/, tests excluded). The compose
+// file's names must be among them and documented (docs/settings.md, docs/operations.md).
 func readSettings(t *testing.T) map[string]bool {
 	t.Helper()
 	repo := harness.RepoRoot()
@@ -88,7 +87,7 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &cf); err != nil {
 		t.Fatalf("docker-compose.yml: %v", err)
 	}
-	for _, s := range []string{"redis", "controlplane", "backend", "gateway", "prometheus"} {
+	for _, s := range []string{"redis", "controlplane", "backend", "gateway", "prometheus", "grafana"} {
 		if _, ok := cf.Services[s]; !ok {
 			t.Errorf("no service %s", s)
 		}
@@ -96,11 +95,14 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 
 	// every TOLLGATE_* name anywhere in the file (set or interpolated) is a setting
 	known := readSettings(t)
+	// docs/settings.md is the settings' schema (gateway and control plane); the demo backend's
+	// and make run's variables are in docs/operations.md
 	documented := ""
 	source := "the TOLLGATE_* names the code reads (lua/, controlplane/, demo/, internal/)"
 	if b, err := os.ReadFile(filepath.Join(repo, "docs", "settings.md")); err == nil {
-		documented = string(b)
-		source += " and docs/settings.md"
+		ops, _ := os.ReadFile(filepath.Join(repo, "docs", "operations.md"))
+		documented = string(b) + string(ops)
+		source += " and docs/settings.md or docs/operations.md"
 	}
 	t.Logf("settings checked against %s", source)
 	var unknown []string
@@ -146,6 +148,29 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 	if v := cf.Services["prometheus"].Volumes; !strings.Contains(strings.Join(v, " "), "deploy/prometheus/tollgate-alerts.yml:") {
 		t.Errorf("prometheus without the alert rules: %v", v)
 	}
+	if v := cf.Services["grafana"].Volumes; !strings.Contains(strings.Join(v, " "), "./deploy/grafana:/var/lib/grafana/dashboards/tollgate:") {
+		t.Errorf("grafana without the dashboards: %v", v)
+	}
+	// Grafana's provisioning: the compose Prometheus as data source, the mounted dashboards
+	var prov struct {
+		Datasources []struct{ URL string } `yaml:"datasources"`
+		Providers   []struct {
+			Options struct{ Path string } `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	for _, f := range []string{"datasources.yml", "dashboards.yml"} {
+		b, err := os.ReadFile(filepath.Join(repo, "deploy", "compose", "grafana", f))
+		if err == nil {
+			err = yaml.Unmarshal(b, &prov)
+		}
+		if err != nil {
+			t.Fatalf("grafana provisioning %s: %v", f, err)
+		}
+	}
+	if len(prov.Datasources) != 1 || prov.Datasources[0].URL != "http://prometheus:9090" ||
+		len(prov.Providers) != 1 || prov.Providers[0].Options.Path != "/var/lib/grafana/dashboards/tollgate" {
+		t.Errorf("grafana provisioning does not point at the compose Prometheus and the mounted dashboards: %+v", prov)
+	}
 	if _, err := exec.LookPath("git"); err == nil {
 		if err := exec.Command("git", "-C", repo, "check-ignore", "-q", ".env").Run(); err != nil {
 			t.Errorf(".env (the compose secrets) is not ignored by git: %v", err)
@@ -171,7 +196,7 @@ func TestComposeFileIsValidAndUsesDocumentedSettings(t *testing.T) {
 		t.Errorf("docker-compose config without secrets: err %v, want a refusal naming REDIS_PASSWORD:\n%s", err, out)
 	}
 	full := filepath.Join(dir, "full.env")
-	_ = os.WriteFile(full, []byte("REDIS_PASSWORD=r3d1s\nTOLLGATE_ADMIN_PASSWORD=adm1n-pass\nTOLLGATE_METRICS_TOKEN=m3tr1cs\n"), 0o600)
+	_ = os.WriteFile(full, []byte("REDIS_PASSWORD=r3d1s\nTOLLGATE_ADMIN_PASSWORD=adm1n-pass\nTOLLGATE_METRICS_TOKEN=m3tr1cs\nGRAFANA_ADMIN_PASSWORD=gr4f\n"), 0o600)
 	out, err := config(full)
 	if err != nil {
 		t.Fatalf("docker-compose config: %v\n%s", err, out)
@@ -283,6 +308,35 @@ func TestDockerfileIsMultiStageStaticNonRoot(t *testing.T) {
 			t.Errorf("the go build lacks %s: %s", want, goBuild)
 		}
 	}
+	// the builder images are new enough for go.mod's go line and package.json's engines
+	gomod, _ := os.ReadFile(filepath.Join(repo, "go.mod"))
+	pkg, _ := os.ReadFile(filepath.Join(repo, "web", "package.json"))
+	needGo := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindStringSubmatch(string(gomod))
+	needNode := regexp.MustCompile(`"node":\s*">=(\d+)\.(\d+)`).FindStringSubmatch(string(pkg))
+	if needGo == nil || needNode == nil {
+		t.Fatalf("go.mod go line %v / package.json engines.node %v not found", needGo, needNode)
+	}
+	for _, st := range stages[:len(stages)-1] {
+		for image, need := range map[string][]string{"golang:": needGo, "node:": needNode} {
+			if !strings.HasPrefix(st.from, image) {
+				continue
+			}
+			have := regexp.MustCompile(`^\w+:(\d+)(?:\.(\d+))?`).FindStringSubmatch(st.from)
+			atLeast := func(a, b []string) bool { // major.minor a >= b; a's minor may be absent (newest)
+				am, _ := strconv.Atoi(a[1])
+				bm, _ := strconv.Atoi(b[1])
+				if am != bm || a[2] == "" {
+					return am > bm || am == bm
+				}
+				an, _ := strconv.Atoi(a[2])
+				bn, _ := strconv.Atoi(b[2])
+				return an >= bn
+			}
+			if have == nil || !atLeast(have, need) {
+				t.Errorf("%s is older than the %s.%s the sources need", st.from, need[1], need[2])
+			}
+		}
+	}
 	final := stages[len(stages)-1]
 	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
 		t.Errorf("final base %s: want a static base without a shell (distroless static, scratch)", final.from)
@@ -301,6 +355,14 @@ func TestDockerfileIsMultiStageStaticNonRoot(t *testing.T) {
 	}
 	if e := find(final, "ENTRYPOINT "); len(e) != 1 || !strings.Contains(e[0], `"/usr/bin/tollgate-controlplane"`) {
 		t.Errorf("ENTRYPOINT %v", e)
+	}
+	// the settings the image sets are settings
+	known := readSettings(t)
+	raw, _ := os.ReadFile(filepath.Join(repo, "Dockerfile"))
+	for _, n := range tollgateVar.FindAllString(string(raw), -1) {
+		if !known[n] {
+			t.Errorf("the Dockerfile sets %s, which the code does not read", n)
+		}
 	}
 	ignore, err := os.ReadFile(filepath.Join(repo, ".dockerignore"))
 	if err != nil {

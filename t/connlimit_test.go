@@ -517,99 +517,97 @@ func TestProperty16And19LimitsRejectionsAndPeak(t *testing.T) {
 // also when the owner was stalled and the cleanup force-released it first — and the counter
 // never goes negative.
 func TestProperty20ReleaseIsIdempotent(t *testing.T) {
-	forCounterModes(t, func(t *testing.T, mode string) {
-		// a stall of 10 s keeps the fast path, 60 s makes the owner claim its release, 150 s
-		// (over the timeout) lets the cleanup force-release first
-		g := handCleanupGateway(t, mode)
-		n := 0
-		rapid.Check(t, func(rt *rapid.T) {
-			n++
-			app, cluster := "p20-"+strconv.Itoa(n), "c20-"+strconv.Itoa(n)
-			type conn struct{ released, leaked, stale bool }
-			var conns []*conn
-			var ops []string
-			var cur, leaked int64
-			var wantCur, wantLeaked []int64
-			var wantReleased []bool
-			// what a cleanup run does in the model: every stale connection still held leaks
-			cleanup := func() {
-				for _, c := range conns {
-					if c.stale && !c.released && !c.leaked {
-						c.leaked = true
-						cur--
-						leaked++
-					}
+	// a stall of 10 s keeps the fast path, 60 s makes the owner claim its release, 150 s
+	// (over the timeout) lets the cleanup force-release first
+	g := handCleanupGateway(t)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		app, cluster := "p20-"+strconv.Itoa(n), "c20-"+strconv.Itoa(n)
+		type conn struct{ released, leaked, stale bool }
+		var conns []*conn
+		var ops []string
+		var cur, leaked int64
+		var wantCur, wantLeaked []int64
+		var wantReleased []bool
+		// what a cleanup run does in the model: every stale connection still held leaks
+		cleanup := func() {
+			for _, c := range conns {
+				if c.stale && !c.released && !c.leaked {
+					c.leaked = true
+					cur--
+					leaked++
 				}
 			}
-			for i, steps := 0, rapid.IntRange(1, 25).Draw(rt, "steps"); i < steps; i++ {
-				kind := "a"
-				if len(conns) > 0 {
-					kind = rapid.SampledFrom([]string{"a", "r", "r", "h", "c"}).Draw(rt, "kind")
-				}
-				released := false
-				switch kind {
-				case "a":
-					conns = append(conns, &conn{})
-					ops = append(ops, "a")
-					cur++
-				case "r":
-					k := rapid.IntRange(1, len(conns)).Draw(rt, "handle")
-					c := conns[k-1]
-					ops = append(ops, "r"+strconv.Itoa(k))
-					if !c.released && !c.leaked {
-						released = true
-						cur--
-					}
-					c.released = true
-				case "h":
-					k := rapid.IntRange(1, len(conns)).Draw(rt, "handle")
-					age := rapid.SampledFrom([]int{10, 60, 150}).Draw(rt, "stall")
-					ops = append(ops, "h"+strconv.Itoa(k)+":"+strconv.Itoa(age))
-					c := conns[k-1]
-					if !c.released && !c.leaked {
-						c.stale = age > 100
-					}
-				case "c":
-					ops = append(ops, "c")
-					cleanup()
-				}
-				wantCur = append(wantCur, cur)
-				wantLeaked = append(wantLeaked, leaked)
-				wantReleased = append(wantReleased, released)
+		}
+		for i, steps := 0, rapid.IntRange(1, 25).Draw(rt, "steps"); i < steps; i++ {
+			kind := "a"
+			if len(conns) > 0 {
+				kind = rapid.SampledFrom([]string{"a", "r", "r", "h", "c"}).Draw(rt, "kind")
 			}
-			ops = append(ops, "c") // and a final cleanup: nothing changes unless stale
-			cleanup()
+			released := false
+			switch kind {
+			case "a":
+				conns = append(conns, &conn{})
+				ops = append(ops, "a")
+				cur++
+			case "r":
+				k := rapid.IntRange(1, len(conns)).Draw(rt, "handle")
+				c := conns[k-1]
+				ops = append(ops, "r"+strconv.Itoa(k))
+				if !c.released && !c.leaked {
+					released = true
+					cur--
+				}
+				c.released = true
+			case "h":
+				k := rapid.IntRange(1, len(conns)).Draw(rt, "handle")
+				age := rapid.SampledFrom([]int{10, 60, 150}).Draw(rt, "stall")
+				ops = append(ops, "h"+strconv.Itoa(k)+":"+strconv.Itoa(age))
+				c := conns[k-1]
+				if !c.released && !c.leaked {
+					c.stale = age > 100
+				}
+			case "c":
+				ops = append(ops, "c")
+				cleanup()
+			}
 			wantCur = append(wantCur, cur)
 			wantLeaked = append(wantLeaked, leaked)
-			wantReleased = append(wantReleased, false)
-			for k := range conns {
-				ops = append(ops, "s"+strconv.Itoa(k+1))
+			wantReleased = append(wantReleased, released)
+		}
+		ops = append(ops, "c") // and a final cleanup: nothing changes unless stale
+		cleanup()
+		wantCur = append(wantCur, cur)
+		wantLeaked = append(wantLeaked, leaked)
+		wantReleased = append(wantReleased, false)
+		for k := range conns {
+			ops = append(ops, "s"+strconv.Itoa(k+1))
+		}
+		steps := connOps(g, app, cluster, ops)
+		for i := range wantCur {
+			st := steps[i]
+			if st.State.AppCurrent < 0 || st.State.ClusterCurrent < 0 {
+				rt.Fatalf("step %d %s: negative counter %+v", i, st.Op, st.State)
 			}
-			steps := connOps(g, app, cluster, ops)
-			for i := range wantCur {
-				st := steps[i]
-				if st.State.AppCurrent < 0 || st.State.ClusterCurrent < 0 {
-					rt.Fatalf("step %d %s: negative counter %+v", i, st.Op, st.State)
-				}
-				if st.State.AppCurrent != wantCur[i] || st.State.ClusterCurrent != wantCur[i] ||
-					st.State.AppLeaked != wantLeaked[i] || (st.Op[0] == 'r' && st.Released != wantReleased[i]) {
-					rt.Fatalf("ops %v; step %d %s: released %v, %+v; want current %d, leaked %d, released %v",
-						ops, i, st.Op, st.Released, st.State, wantCur[i], wantLeaked[i], wantReleased[i])
-				}
+			if st.State.AppCurrent != wantCur[i] || st.State.ClusterCurrent != wantCur[i] ||
+				st.State.AppLeaked != wantLeaked[i] || (st.Op[0] == 'r' && st.Released != wantReleased[i]) {
+				rt.Fatalf("ops %v; step %d %s: released %v, %+v; want current %d, leaked %d, released %v",
+					ops, i, st.Op, st.Released, st.State, wantCur[i], wantLeaked[i], wantReleased[i])
 			}
-			for k, c := range conns {
-				want := "active"
-				if c.leaked {
-					want = "leaked"
-				} else if c.released {
-					want = "released"
-				}
-				rec := steps[len(wantCur)+k].Record
-				if rec["status"] != want {
-					rt.Fatalf("ops %v: record of connection %d is %v, want status %s", ops, k+1, rec, want)
-				}
+		}
+		for k, c := range conns {
+			want := "active"
+			if c.leaked {
+				want = "leaked"
+			} else if c.released {
+				want = "released"
 			}
-		})
+			rec := steps[len(wantCur)+k].Record
+			if rec["status"] != want {
+				rt.Fatalf("ops %v: record of connection %d is %v, want status %s", ops, k+1, rec, want)
+			}
+		}
 	})
 }
 
@@ -617,110 +615,98 @@ func TestProperty20ReleaseIsIdempotent(t *testing.T) {
 // by the cleanup and counted as leaked; a fresher one is left alone. The record keeps the
 // fields of Req 18.1.
 func TestProperty18LeakedConnectionsAreForceReleased(t *testing.T) {
-	forCounterModes(t, func(t *testing.T, mode string) {
-		g := handCleanupGateway(t, mode)
-		n := 0
-		rapid.Check(t, func(rt *rapid.T) {
-			n++
-			app, cluster := "p18-"+strconv.Itoa(n), "c18-"+strconv.Itoa(n)
-			count := rapid.IntRange(1, 6).Draw(rt, "connections")
-			ages := make([]int, count)
-			ops := []string{}
-			var stale int64
-			for range ages {
-				ops = append(ops, "a")
-			}
-			for i := range ages {
-				ages[i] = rapid.OneOf(rapid.IntRange(0, 95), rapid.IntRange(105, 1000)).Draw(rt, "age")
-				if ages[i] > 100 {
-					stale++
-				}
-				ops = append(ops, "l"+strconv.Itoa(i+1)+":"+strconv.Itoa(ages[i]))
-			}
-			ops = append(ops, "c")
-			for i := range ages {
-				ops = append(ops, "s"+strconv.Itoa(i+1))
-			}
-			steps := connOps(g, app, cluster, ops)
-			clean := steps[2*count]
-			if clean.Leaked != stale || clean.State.AppCurrent != int64(count)-stale ||
-				clean.State.ClusterCurrent != int64(count)-stale || clean.State.AppLeaked != stale {
-				rt.Fatalf("ages %v: cleanup released %d, state %+v; want %d leaked, %d left",
-					ages, clean.Leaked, clean.State, stale, int64(count)-stale)
-			}
-			for i, age := range ages {
-				rec := steps[2*count+1+i].Record
-				if age > 100 {
-					if rec["status"] != "leaked" {
-						rt.Fatalf("age %d: record %v, want leaked", age, rec)
-					}
-					continue
-				}
-				seen, _ := rec["last_seen"].(float64)
-				if rec["status"] != "active" || rec["app"] != app || rec["cluster"] != cluster ||
-					rec["client_ip"] != "127.0.0.1" || rec["created_at"] == nil ||
-					math.Abs(float64(time.Now().Unix())-float64(age)-seen) > 5 {
-					rt.Fatalf("age %d: record %v, want an active record of %s/%s", age, rec, app, cluster)
-				}
-			}
-		})
-	})
-}
-
-// A request writes its tracking record compact (its creation time, its app and cluster as a
-// tag) and the next heartbeat rewrites it in full. A worker that dies before that heartbeat
-// leaves compact records: the cleanup force-releases those older than the timeout like any
-// other, and the records read back with every field but the client IP, which only the worker
-// held.
-func TestCompactRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
-	forCounterModes(t, func(t *testing.T, mode string) {
-		g := handCleanupGateway(t, mode)
-		steps := connOps(g, "compact", "c-compact", []string{"a", "a", "a", "d1:150", "d2:50", "c", "s1", "s2", "s3"})
-		for i, st := range steps[3:5] {
-			if !st.OK {
-				t.Fatalf("step %s: the record of handle %d was no compact record any more", st.Op, i+1)
-			}
+	g := handCleanupGateway(t)
+	n := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		app, cluster := "p18-"+strconv.Itoa(n), "c18-"+strconv.Itoa(n)
+		count := rapid.IntRange(1, 6).Draw(rt, "connections")
+		ages := make([]int, count)
+		ops := []string{}
+		var stale int64
+		for range ages {
+			ops = append(ops, "a")
 		}
-		clean := steps[5]
-		if clean.Leaked != 1 || clean.State.AppCurrent != 2 || clean.State.ClusterCurrent != 2 ||
-			clean.State.AppLeaked != 1 {
-			t.Fatalf("cleanup released %d, state %+v; want the 150 s old record released, 2 left",
-				clean.Leaked, clean.State)
+		for i := range ages {
+			ages[i] = rapid.OneOf(rapid.IntRange(0, 95), rapid.IntRange(105, 1000)).Draw(rt, "age")
+			if ages[i] > 100 {
+				stale++
+			}
+			ops = append(ops, "l"+strconv.Itoa(i+1)+":"+strconv.Itoa(ages[i]))
 		}
-		if rec := steps[6].Record; rec["status"] != "leaked" {
-			t.Fatalf("record of the 150 s old request: %v, want leaked", rec)
+		ops = append(ops, "c")
+		for i := range ages {
+			ops = append(ops, "s"+strconv.Itoa(i+1))
 		}
-		now := float64(time.Now().Unix())
-		for _, c := range []struct {
-			step int
-			age  float64
-			ip   string
-		}{{7, 50, "-"}, {8, 0, "127.0.0.1"}} {
-			rec := steps[c.step].Record
-			created, _ := rec["created_at"].(float64)
-			if rec["status"] != "active" || rec["app"] != "compact" || rec["cluster"] != "c-compact" ||
-				rec["client_ip"] != c.ip || math.Abs(now-c.age-created) > 5 {
-				t.Fatalf("step %s: record %v, want an active record of compact/c-compact created %v s ago from %s",
-					steps[c.step].Op, rec, c.age, c.ip)
+		steps := connOps(g, app, cluster, ops)
+		clean := steps[2*count]
+		if clean.Leaked != stale || clean.State.AppCurrent != int64(count)-stale ||
+			clean.State.ClusterCurrent != int64(count)-stale || clean.State.AppLeaked != stale {
+			rt.Fatalf("ages %v: cleanup released %d, state %+v; want %d leaked, %d left",
+				ages, clean.Leaked, clean.State, stale, int64(count)-stale)
+		}
+		for i, age := range ages {
+			rec := steps[2*count+1+i].Record
+			if age > 100 {
+				if rec["status"] != "leaked" {
+					rt.Fatalf("age %d: record %v, want leaked", age, rec)
+				}
+				continue
+			}
+			seen, _ := rec["last_seen"].(float64)
+			if rec["status"] != "active" || rec["app"] != app || rec["cluster"] != cluster ||
+				rec["client_ip"] != "127.0.0.1" || rec["created_at"] == nil ||
+				math.Abs(float64(time.Now().Unix())-float64(age)-seen) > 5 {
+				rt.Fatalf("age %d: record %v, want an active record of %s/%s", age, rec, app, cluster)
 			}
 		}
 	})
 }
 
-// handCleanupGateway is a 2-worker gateway (counters in `mode`) whose connection timeout is
-// 100 s and whose cleanup runs only when a test asks for it (its interval is an hour).
-func handCleanupGateway(t *testing.T, mode string) *harness.Gateway {
+// A request writes its tracking record (its creation time, its app and cluster as a tag); the
+// first heartbeat it outlives adds its last_seen and client IP beside it. A worker that dies
+// before that heartbeat leaves bare records: the cleanup force-releases those older than the
+// timeout like any other, and they read back with every field but the client IP, which only
+// the worker held.
+func TestRecordsOfADeadWorkerAreForceReleased(t *testing.T) {
+	g := handCleanupGateway(t)
+	steps := connOps(g, "compact", "c-compact", []string{"a", "a", "a", "d1:150", "d2:50", "c", "s1", "s2", "s3"})
+	for i, st := range steps[3:5] {
+		if !st.OK {
+			t.Fatalf("step %s: the record of handle %d was refreshed before its worker died", st.Op, i+1)
+		}
+	}
+	clean := steps[5]
+	if clean.Leaked != 1 || clean.State.AppCurrent != 2 || clean.State.ClusterCurrent != 2 ||
+		clean.State.AppLeaked != 1 {
+		t.Fatalf("cleanup released %d, state %+v; want the 150 s old record released, 2 left",
+			clean.Leaked, clean.State)
+	}
+	if rec := steps[6].Record; rec["status"] != "leaked" {
+		t.Fatalf("record of the 150 s old request: %v, want leaked", rec)
+	}
+	now := float64(time.Now().Unix())
+	for _, c := range []struct {
+		step int
+		age  float64
+		ip   string
+	}{{7, 50, "-"}, {8, 0, "127.0.0.1"}} {
+		rec := steps[c.step].Record
+		created, _ := rec["created_at"].(float64)
+		if rec["status"] != "active" || rec["app"] != "compact" || rec["cluster"] != "c-compact" ||
+			rec["client_ip"] != c.ip || math.Abs(now-c.age-created) > 5 {
+			t.Fatalf("step %s: record %v, want an active record of compact/c-compact created %v s ago from %s",
+				steps[c.step].Op, rec, c.age, c.ip)
+		}
+	}
+}
+
+// handCleanupGateway is a 2-worker gateway whose connection timeout is 100 s and whose cleanup
+// runs only when a test asks for it (its interval is an hour).
+func handCleanupGateway(t *testing.T) *harness.Gateway {
 	t.Helper()
 	return connStack(t, 2, map[string]string{"TOLLGATE_CONN_TIMEOUT": "100",
-		"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600", "TOLLGATE_SHARED_COUNTERS": mode}).gw()
-}
-
-// forCounterModes runs f with the hot path's counters and compact tracking records in the
-// memory the master maps (TOLLGATE_SHARED_COUNTERS=on) and in the shared dicts (off, the default).
-func forCounterModes(t *testing.T, f func(t *testing.T, mode string)) {
-	for _, mode := range []string{"on", "off"} {
-		t.Run("shared_counters="+mode, func(t *testing.T) { f(t, mode) })
-	}
+		"TOLLGATE_CONN_CLEANUP_INTERVAL": "3600"}).gw()
 }
 
 // genKeys are the tracking records and keys of one worker generation (tgtest conn_keys).
@@ -729,146 +715,142 @@ type genKeys struct {
 	Held     int  `json:"held"`      // slot records of requests in flight
 	WT       bool `json:"wt"`        // its wt: and wp: keys exist
 	WP       bool `json:"wp"`        //
-	Region   bool `json:"region"`    // it holds a region of the record area
-	DictKeys int  `json:"dict_keys"` // its t: and ti: keys in connlimit_dict
+	DictKeys int  `json:"dict_keys"` // its t:, ts: and ti: keys in connlimit_dict
 }
 
 // kill -9 of a worker with requests in flight: its slots come back within the timeout plus one
 // cleanup interval (2 s + 1 s), not before the timeout, while the requests still in flight on
 // the other workers keep theirs past the timeout (their heartbeat refreshes them).
 func TestKilledWorkerSlotsComeBack(t *testing.T) {
-	forCounterModes(t, func(t *testing.T, mode string) {
-		const timeout, interval = 2.0, 1.0
-		s := connStack(t, 4, map[string]string{"TOLLGATE_CONN_TIMEOUT": "2",
-			"TOLLGATE_CONN_CLEANUP_INTERVAL": "1", "TOLLGATE_SHARED_COUNTERS": mode})
-		inArea := mode == "on"
-		g := s.gw()
-		h := newHolder(t, g)
-		const n = 16
-		var victim, victimRecords, victimGen, survivorGen int
-		var name string
-		var results <-chan holdResult
-		// 64 requests held at once and released: every worker ends with released (FREE) slots.
-		// (Their own client: Go's transport re-sends a GET whose reused connection fails, so the
-		// killed worker's requests must not ride on connections opened before.)
-		hw := newHolder(t, g)
-		warm := hw.start("demo-p1", "warm", 64)
-		eventually(t, "64 warm-up requests in flight", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 64 })
-		hw.unhold("warm")
-		for range warm {
+	const timeout, interval = 2.0, 1.0
+	s := connStack(t, 4, map[string]string{"TOLLGATE_CONN_TIMEOUT": "2",
+		"TOLLGATE_CONN_CLEANUP_INTERVAL": "1"})
+	g := s.gw()
+	h := newHolder(t, g)
+	const n = 16
+	var victim, victimRecords, victimGen, survivorGen int
+	var name string
+	var results <-chan holdResult
+	// 64 requests held at once and released: every worker ends with released (FREE) slots.
+	// (Their own client: Go's transport re-sends a GET whose reused connection fails, so the
+	// killed worker's requests must not ride on connections opened before.)
+	hw := newHolder(t, g)
+	warm := hw.start("demo-p1", "warm", 64)
+	eventually(t, "64 warm-up requests in flight", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 64 })
+	hw.unhold("warm")
+	for range warm {
+	}
+	hw.client.CloseIdleConnections()
+	eventually(t, "warm-up released", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 0 })
+	for try := 0; try < 3 && victim == 0; try++ {
+		name = "kill" + strconv.Itoa(try)
+		results = h.start("demo-p1", name, n)
+		eventually(t, "16 requests in flight", func() bool { return connStateOf(g, "demo-p1").AppCurrent == n })
+		var ws []struct {
+			Generation int  `json:"generation"`
+			PID        int  `json:"pid"`
+			Live       bool `json:"live"`
+			Records    int  `json:"records"`
 		}
-		hw.client.CloseIdleConnections()
-		eventually(t, "warm-up released", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 0 })
-		for try := 0; try < 3 && victim == 0; try++ {
-			name = "kill" + strconv.Itoa(try)
-			results = h.start("demo-p1", name, n)
-			eventually(t, "16 requests in flight", func() bool { return connStateOf(g, "demo-p1").AppCurrent == n })
-			var ws []struct {
-				Generation int  `json:"generation"`
-				PID        int  `json:"pid"`
-				Live       bool `json:"live"`
-				Records    int  `json:"records"`
-			}
-			g.T("conn_workers", &ws)
-			busy := 0
-			for _, w := range ws {
-				if w.Live && w.Records > 0 {
-					busy++
-					if w.Records > victimRecords {
-						victim, victimRecords, victimGen = w.PID, w.Records, w.Generation
-					}
+		g.T("conn_workers", &ws)
+		busy := 0
+		for _, w := range ws {
+			if w.Live && w.Records > 0 {
+				busy++
+				if w.Records > victimRecords {
+					victim, victimRecords, victimGen = w.PID, w.Records, w.Generation
 				}
 			}
-			for _, w := range ws {
-				if w.Live && w.Records > 0 && w.Generation != victimGen {
-					survivorGen = w.Generation
-				}
-			}
-			if busy < 2 { // all on one worker: nothing to tell apart, try again
-				victim, victimRecords = 0, 0
-				h.unhold(name)
-				eventually(t, "released", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 0 })
+		}
+		for _, w := range ws {
+			if w.Live && w.Records > 0 && w.Generation != victimGen {
+				survivorGen = w.Generation
 			}
 		}
-		if victim == 0 {
-			t.Fatalf("16 connections never spread over two workers")
+		if busy < 2 { // all on one worker: nothing to tell apart, try again
+			victim, victimRecords = 0, 0
+			h.unhold(name)
+			eventually(t, "released", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 0 })
 		}
-		out, err := exec.Command("pgrep", "-P", strconv.Itoa(g.PID())).Output()
-		if err != nil || !strings.Contains("\n"+string(out), "\n"+strconv.Itoa(victim)+"\n") {
-			t.Fatalf("worker %d is not a child of master %d: %q %v", victim, g.PID(), out, err)
-		}
-		// the killed worker's own requests fail at the client; requests whose backend side ran in
-		// it end with 502 and are released normally; the rest stay in flight
-		var failed, answered atomic.Int64
-		go func() {
-			for r := range results {
-				if r.err != nil {
-					failed.Add(1)
-				} else {
-					answered.Add(1)
-				}
+	}
+	if victim == 0 {
+		t.Fatalf("16 connections never spread over two workers")
+	}
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(g.PID())).Output()
+	if err != nil || !strings.Contains("\n"+string(out), "\n"+strconv.Itoa(victim)+"\n") {
+		t.Fatalf("worker %d is not a child of master %d: %q %v", victim, g.PID(), out, err)
+	}
+	// the killed worker's own requests fail at the client; requests whose backend side ran in
+	// it end with 502 and are released normally; the rest stay in flight
+	var failed, answered atomic.Int64
+	go func() {
+		for r := range results {
+			if r.err != nil {
+				failed.Add(1)
+			} else {
+				answered.Add(1)
 			}
-		}()
-		var before genKeys
-		g.T("conn_keys?gen="+strconv.Itoa(victimGen), &before)
-		if before.Free == 0 || before.Held != victimRecords || before.Region != inArea {
-			t.Fatalf("generation %d before the kill: %+v, want %d held records and FREE ones (in a "+
-				"region of the record area: %v)", victimGen, before, victimRecords, inArea)
 		}
-		if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+	}()
+	var before genKeys
+	g.T("conn_keys?gen="+strconv.Itoa(victimGen), &before)
+	if before.Free == 0 || before.Held != victimRecords {
+		t.Fatalf("generation %d before the kill: %+v, want %d held records and FREE ones",
+			victimGen, before, victimRecords)
+	}
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	inFlight := func() int64 { return int64(n-victimRecords) - answered.Load() }
+	harness.Eventually(t, 10*time.Second, "the killed worker's slots back", func() bool {
+		cur, want := connStateOf(g, "demo-p1").AppCurrent, inFlight()
+		if cur < want {
+			t.Fatalf("counter %d below the %d requests still in flight", cur, want)
 		}
-		killed := time.Now()
-		inFlight := func() int64 { return int64(n-victimRecords) - answered.Load() }
-		harness.Eventually(t, 10*time.Second, "the killed worker's slots back", func() bool {
-			cur, want := connStateOf(g, "demo-p1").AppCurrent, inFlight()
-			if cur < want {
-				t.Fatalf("counter %d below the %d requests still in flight", cur, want)
-			}
-			return cur == want && failed.Load() == int64(victimRecords)
-		})
-		back := time.Since(killed).Seconds()
-		survivors := inFlight()
-		t.Logf("worker %d killed holding %d of %d slots (%d more ended with its backend side); "+
-			"slots back after %.2fs (timeout %.0fs + cleanup interval %.0fs); %d requests still in flight",
-			victim, victimRecords, n, answered.Load(), back, timeout, interval, survivors)
-		if back > timeout+interval+0.5 || back < timeout*0.75-0.1 {
-			t.Fatalf("slots back after %.2fs, want between the timeout less one heartbeat (%.2fs) and "+
-				"timeout + interval (%.0fs)", back, timeout*0.75, timeout+interval)
-		}
-		if survivors <= 0 {
-			t.Fatalf("no request survived the kill: the heartbeat is not exercised")
-		}
-		// the survivors stay in flight past the timeout: their heartbeat keeps their slots
-		until := time.Now().Add(time.Duration((timeout + interval) * float64(time.Second)))
-		for time.Now().Before(until) {
-			if st := connStateOf(g, "demo-p1"); st.AppCurrent != inFlight() {
-				t.Fatalf("a live request's slot was taken: %+v, want %d in flight", st, inFlight())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		h.unhold(name)
-		h.wg.Wait()
-		eventually(t, "all slots back", func() bool {
-			st := connStateOf(g, "demo-p1")
-			return st.AppCurrent == 0 && st.ClusterCurrent == 0 && st.AppLeaked == int64(victimRecords)
-		})
-		eventually(t, "leak metric", func() bool {
-			return g.Metric(`connlimit_leaked_total{app_id="demo-p1",cluster_id="default"}`) == float64(victimRecords)
-		})
-		// a released slot keeps its record, FREE, for the next request of its worker; the cleanup
-		// deletes every key of the killed worker's generation and gives its region back
-		var sk genKeys
-		g.T("conn_keys?gen="+strconv.Itoa(survivorGen), &sk)
-		if sk.Free == 0 || sk.Held != 0 || !sk.WT || !sk.WP || sk.Region != inArea {
-			t.Fatalf("live generation %d after its requests ended: %+v, want FREE records only", survivorGen, sk)
-		}
-		var vk genKeys
-		eventually(t, "the killed worker's generation forgotten", func() bool {
-			g.T("conn_keys?gen="+strconv.Itoa(victimGen), &vk)
-			return vk == genKeys{}
-		}, func() { t.Logf("generation %d of the killed worker: %+v", victimGen, vk) })
+		return cur == want && failed.Load() == int64(victimRecords)
 	})
+	back := time.Since(killed).Seconds()
+	survivors := inFlight()
+	t.Logf("worker %d killed holding %d of %d slots (%d more ended with its backend side); "+
+		"slots back after %.2fs (timeout %.0fs + cleanup interval %.0fs); %d requests still in flight",
+		victim, victimRecords, n, answered.Load(), back, timeout, interval, survivors)
+	if back > timeout+interval+0.5 || back < timeout*0.75-0.1 {
+		t.Fatalf("slots back after %.2fs, want between the timeout less one heartbeat (%.2fs) and "+
+			"timeout + interval (%.0fs)", back, timeout*0.75, timeout+interval)
+	}
+	if survivors <= 0 {
+		t.Fatalf("no request survived the kill: the heartbeat is not exercised")
+	}
+	// the survivors stay in flight past the timeout: their heartbeat keeps their slots
+	until := time.Now().Add(time.Duration((timeout + interval) * float64(time.Second)))
+	for time.Now().Before(until) {
+		if st := connStateOf(g, "demo-p1"); st.AppCurrent != inFlight() {
+			t.Fatalf("a live request's slot was taken: %+v, want %d in flight", st, inFlight())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.unhold(name)
+	h.wg.Wait()
+	eventually(t, "all slots back", func() bool {
+		st := connStateOf(g, "demo-p1")
+		return st.AppCurrent == 0 && st.ClusterCurrent == 0 && st.AppLeaked == int64(victimRecords)
+	})
+	eventually(t, "leak metric", func() bool {
+		return g.Metric(`connlimit_leaked_total{app_id="demo-p1",cluster_id="default"}`) == float64(victimRecords)
+	})
+	// a released slot keeps its record, FREE, for the next request of its worker; the cleanup
+	// deletes every key of the killed worker's generation
+	var sk genKeys
+	g.T("conn_keys?gen="+strconv.Itoa(survivorGen), &sk)
+	if sk.Free == 0 || sk.Held != 0 || !sk.WT || !sk.WP {
+		t.Fatalf("live generation %d after its requests ended: %+v, want FREE records only", survivorGen, sk)
+	}
+	var vk genKeys
+	eventually(t, "the killed worker's generation forgotten", func() bool {
+		g.T("conn_keys?gen="+strconv.Itoa(victimGen), &vk)
+		return vk == genKeys{}
+	}, func() { t.Logf("generation %d of the killed worker: %+v", victimGen, vk) })
 }
 
 // A change in Redis announced on ratelimit:config:update applies within a second; a deleted

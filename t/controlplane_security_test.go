@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,13 @@ func selfSignedCert(t *testing.T) (string, string, *x509.CertPool) {
 
 func loginStatus(t *testing.T, c *http.Client, url, password string, hdr map[string]string) int {
 	t.Helper()
+	code, _ := loginAnswer(t, c, url, password, hdr)
+	return code
+}
+
+// loginAnswer is the status and Retry-After (seconds) of a login of admin.
+func loginAnswer(t *testing.T, c *http.Client, url, password string, hdr map[string]string) (int, int) {
+	t.Helper()
 	b, _ := json.Marshal(map[string]string{"username": "admin", "password": password})
 	req, _ := http.NewRequest("POST", url+"/api/v1/auth/login", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
@@ -69,7 +77,8 @@ func loginStatus(t *testing.T, c *http.Client, url, password string, hdr map[str
 		t.Fatalf("login: %v", err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+	return resp.StatusCode, ra
 }
 
 // The control plane binary serves HTTPS from TOLLGATE_TLS_CERT / TOLLGATE_TLS_KEY (issue 19
@@ -119,6 +128,12 @@ func TestControlPlaneLoginPerClientBehindTrustedProxy(t *testing.T) {
 			t.Fatalf("failure %d = %d", i, code)
 		}
 	}
+	// the client keeps failing until its wait has grown to 4 s (1 s, 2 s, 4 s: a slow bcrypt on
+	// a busy host cannot outlast it), then even the right password waits
+	harness.Eventually(t, 30*time.Second, "a wait of 4 s for the failing client", func() bool {
+		code, ra := loginAnswer(t, proxy, cp.URL, "wrong-password-1", xff("198.51.100.7"))
+		return code == 429 && ra >= 4
+	})
 	if code := loginStatus(t, proxy, cp.URL, adminPassword, xff("198.51.100.7")); code != 429 {
 		t.Fatalf("the failing client behind the proxy = %d, want 429", code)
 	}

@@ -1,6 +1,6 @@
-// make dist's tarball: built by scripts/dist.sh, unpacked, its SHA256SUMS and outer .sha256
-// verified with sha256sum, its binaries static and answering --version with the version in its
-// name, the parts a release must carry present.
+// make dist's tarball: built by scripts/dist.sh (twice: the same bytes), unpacked, its
+// SHA256SUMS and outer .sha256 verified with sha256sum, its binaries static and answering
+// --version with the version in its name, the parts a release must carry present.
 package t
 
 import (
@@ -31,6 +31,19 @@ func TestDistTarballUnpacksVerifiesAndRuns(t *testing.T) {
 	tarball := filepath.Join(out, name+".tar.gz")
 	if got := strings.TrimSpace(string(b)); got != tarball {
 		t.Fatalf("dist.sh printed %q, want %q", got, tarball)
+	}
+	// a second build of the same sources gives the same bytes (commit times, owners 0, gzip -n,
+	// -trimpath)
+	again := t.TempDir()
+	cmd = exec.Command(filepath.Join(repo, "scripts", "dist.sh"))
+	cmd.Env = append(os.Environ(), "OUT_DIR="+again)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("dist.sh again: %v\n%s", err, b)
+	}
+	first, _ := os.ReadFile(filepath.Join(out, name+".tar.gz.sha256"))
+	second, _ := os.ReadFile(filepath.Join(again, name+".tar.gz.sha256"))
+	if len(first) == 0 || string(first) != string(second) {
+		t.Errorf("two builds of the same sources differ:\n%s%s", first, second)
 	}
 	sum := exec.Command("sha256sum", "-c", name+".tar.gz.sha256")
 	sum.Dir = out

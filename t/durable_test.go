@@ -67,7 +67,7 @@ func cpHealth(cp *harness.ControlPlane) (status, reason string) {
 
 func gwHealth(t *testing.T, g *harness.Gateway) (status, epoch string) {
 	t.Helper()
-	resp, err := g.Client.Get(g.URL + "/health")
+	resp, err := g.Client.Get(g.MetricsURL + "/health")
 	if err != nil {
 		return "", ""
 	}
@@ -171,7 +171,7 @@ func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
 	cp := harness.StartControlPlane(t, s.redis.URL(), cpEnv(nil))
 	ctx := context.Background()
 	epoch := ""
-	harness.Eventually(t, 5*time.Second, "the store's epoch written and known by the gateway", func() bool {
+	harness.Eventually(t, 10*time.Second, "the store's epoch written and known by the gateway", func() bool {
 		epoch, _ = s.rdb.Get(ctx, "ratelimit:config:epoch").Result()
 		_, ge := gwHealth(t, g)
 		return epoch != "" && ge == epoch
@@ -277,6 +277,7 @@ func TestFlushAllUnderLoadIsNoticedNotObeyedAndRestored(t *testing.T) {
 	if n := strings.Count(g.ErrorLog(), "config store lost"); n != 1 {
 		t.Fatalf("the gateway logged the loss %d times, want once", n)
 	}
+	t.Logf("%d lines 'L2 state of … missing' in the error log", strings.Count(g.ErrorLog(), "missing in Redis"))
 }
 
 // A replica promoted before it synced (Sentinel): with WAIT on, every config write the control
@@ -354,6 +355,14 @@ func fullConfig(t *testing.T, api *adminAPI) {
 		"match":     map[string]any{"app_ids": []string{"rt-app"}, "methods": []string{"PUT"}},
 		"algorithm": "fixed_window", "limit": 2, "window_seconds": 60})
 	api.change("PUT", "/api/v1/breakers/rt-backend", map[string]any{"failure_threshold": 3})
+	for _, k := range []string{"AKIAROUNDTRIP0001", "minio-rt-key"} {
+		if code := api.do("POST", "/api/v1/apps/rt-app/access-keys", map[string]any{"access_key_id": k}, nil); code != 201 {
+			t.Fatalf("access key %s: %d", k, code)
+		}
+	}
+	if code := api.do("PUT", "/api/v1/buckets/rt-photos", map[string]any{"app_id": "rt-app"}, nil); code/100 != 2 {
+		t.Fatalf("bucket: %d", code)
+	}
 }
 
 // An export imported into an empty store exports identically (JSON and YAML, with and without
@@ -366,7 +375,8 @@ func TestConfigExportImportRoundTrip(t *testing.T) {
 	withSecrets := export(t, a, "?secrets=true")
 	plain := export(t, a, "")
 	yml := export(t, a, "?format=yaml")
-	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`} {
+	for _, want := range []string{`"rt-rule"`, `"rt-backend"`, `"max_connections": 7`, `"max_connections": 70`, `"demo-p3"`,
+		`"AKIAROUNDTRIP0001"`, `"rt-photos"`} {
 		if !bytes.Contains(plain, []byte(want)) {
 			t.Fatalf("the export lacks %s:\n%s", want, plain)
 		}
@@ -503,5 +513,144 @@ func TestBadConfigImportChangesNothing(t *testing.T) {
 		if v := version(); v != v0 {
 			t.Fatalf("%s moved the config version %s -> %s", c.name, v0, v)
 		}
+	}
+}
+
+// Another store answering (its epoch changed) is lost while the users are still there: config
+// writes are refused with 409 config_store_lost, and the admin restores through the API (dry run
+// with the diff first), after which writes go through again.
+func TestConfigRestoreThroughTheAPI(t *testing.T) {
+	r := testutil.StartRedis(t)
+	cp := harness.StartControlPlane(t, r.URL(), cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	feed := subscribeAlerts(t, api)
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "keep-me", "cluster_id": "default",
+		"guaranteed_quota": 100, "burst_quota": 100, "priority": 2})
+	ctx := context.Background()
+	rdb := r.Client()
+	epoch, _ := rdb.Get(ctx, "ratelimit:config:epoch").Result()
+	harness.Eventually(t, 10*time.Second, "a snapshot of the current version", func() bool {
+		v, _ := rdb.Get(ctx, "ratelimit:config:version").Result()
+		m, _ := filepath.Glob(filepath.Join(cp.BackupDir, "config-*-v"+v+".json"))
+		return len(m) > 0
+	})
+	// another store: a new epoch, and keep-me gone
+	if err := rdb.Set(ctx, "ratelimit:config:epoch", "0123456789abcdef0123456789abcdef", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HDel(ctx, "ratelimit:apps", "keep-me").Err(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 5*time.Second, "the control plane reports epoch_changed", func() bool {
+		st, reason := cpHealth(cp)
+		return st == "config_store_lost" && strings.HasPrefix(reason, "epoch_changed")
+	})
+	harness.Eventually(t, 5*time.Second, "the alert pushed over the WebSocket and listed by the API", func() bool {
+		a, pushed := feed.pushed("config_store_lost-config", true)
+		listed := activeAlerts(api)["config_store_lost-config"]
+		return pushed && a.Severity == "critical" && a.Kind == "config_store_lost" && listed.Active
+	})
+	body, _ := json.Marshal(map[string]any{"app_id": "new-one", "cluster_id": "default",
+		"guaranteed_quota": 10, "burst_quota": 10, "priority": 2})
+	if code, _, b := api.raw("POST", "/api/v1/apps", "application/json", body); code != 409 ||
+		!bytes.Contains(b, []byte(`"config_store_lost"`)) {
+		t.Fatalf("a write into the lost store: %d %s, want 409 config_store_lost", code, b)
+	}
+	if n, _ := rdb.Exists(ctx, "ratelimit:{default}:l2:new-one").Result(); n != 0 {
+		t.Fatal("the refused write left the app's L2 bucket in the lost store")
+	}
+	key, _ := json.Marshal(map[string]any{"access_key_id": "AKIALOSTSTORE0001"})
+	if code, _, b := api.raw("POST", "/api/v1/apps/demo-p1/access-keys", "application/json", key); code != 409 {
+		t.Fatalf("an access key into the lost store: %d %s, want 409", code, b)
+	}
+	if n, _ := rdb.HLen(ctx, "ratelimit:access_keys").Result(); n != 0 {
+		t.Fatal("the refused access key is in the lost store")
+	}
+	code, _, b := api.raw("POST", "/api/v1/config/restore", "", nil)
+	if code != 200 || !bytes.Contains(b, []byte(`"apps[keep-me].app_id"`)) || !bytes.Contains(b, []byte(`"dry_run":true`)) {
+		t.Fatalf("restore dry run: %d %s", code, b)
+	}
+	if ok, _ := rdb.HExists(ctx, "ratelimit:apps", "keep-me").Result(); ok {
+		t.Fatal("the dry run wrote")
+	}
+	if code, _, b := api.raw("POST", "/api/v1/config/restore?apply=true", "", nil); code != 200 {
+		t.Fatalf("restore: %d %s", code, b)
+	}
+	if got, _ := rdb.Get(ctx, "ratelimit:config:epoch").Result(); got != epoch {
+		t.Fatalf("epoch after the restore %q, want the one the control plane knew %q", got, epoch)
+	}
+	if ok, _ := rdb.HExists(ctx, "ratelimit:apps", "keep-me").Result(); !ok {
+		t.Fatal("keep-me not restored")
+	}
+	if st, _ := cpHealth(cp); st != "ok" {
+		t.Fatalf("/health %s after the restore", st)
+	}
+	harness.Eventually(t, 5*time.Second, "the alert resolved over the WebSocket", func() bool {
+		_, resolved := feed.pushed("config_store_lost-config", false)
+		return resolved
+	})
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "new-one", "cluster_id": "default",
+		"guaranteed_quota": 10, "burst_quota": 10, "priority": 2})
+	var audit struct {
+		Data []struct {
+			Action string `json:"action"`
+		} `json:"data"`
+	}
+	api.do("GET", "/api/v1/audit?action=config.restore*", nil, &audit)
+	if len(audit.Data) != 2 || audit.Data[0].Action != "config.restore" || audit.Data[1].Action != "config.restore.dry_run" {
+		t.Fatalf("audit: %+v", audit.Data)
+	}
+}
+
+// A control plane that starts on a wiped store knows the epoch from its newest snapshot: the
+// store is lost from the start, nothing is seeded (even with TOLLGATE_SEED_DEMO=true), no first
+// admin is created, and the restore from the command line brings everything back.
+func TestControlPlaneStartingOnAWipedStoreSeedsNothing(t *testing.T) {
+	r := testutil.StartRedis(t)
+	backups := t.TempDir()
+	env := cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true", "TOLLGATE_CONFIG_BACKUP_DIR": backups})
+	cp := harness.StartControlPlane(t, r.URL(), env)
+	api := loginAdmin(t, cp)
+	api.change("POST", "/api/v1/apps", map[string]any{"app_id": "mine", "cluster_id": "default",
+		"guaranteed_quota": 100, "burst_quota": 100, "priority": 2})
+	ctx := context.Background()
+	rdb := r.Client()
+	harness.Eventually(t, 10*time.Second, "a snapshot of the current version", func() bool {
+		v, _ := rdb.Get(ctx, "ratelimit:config:version").Result()
+		m, _ := filepath.Glob(filepath.Join(backups, "config-*-v"+v+".json"))
+		return len(m) > 0
+	})
+	cp.Stop()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cp2 := harness.StartControlPlane(t, r.URL(), env)
+	if st, reason := cpHealth(cp2); st != "config_store_lost" || !strings.HasPrefix(reason, "epoch_missing") {
+		t.Fatalf("/health %s %s, want config_store_lost epoch_missing", st, reason)
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		keys, _ := rdb.Keys(ctx, "*").Result()
+		for _, k := range keys {
+			if strings.HasPrefix(k, "ratelimit:apps") || strings.HasPrefix(k, "ratelimit:clusters") ||
+				strings.HasPrefix(k, "ratelimit:admin:users") || strings.HasPrefix(k, "ratelimit:config:") {
+				t.Fatalf("the control plane wrote %s into the wiped store (all keys: %v)", k, keys)
+			}
+		}
+	}
+	if out, stderr, code := cp2.Command("restore", "-apply"); code != 0 {
+		t.Fatalf("restore: exit %d\n%s\n%s", code, out, stderr)
+	}
+	harness.Eventually(t, 5*time.Second, "/health ok after the restore", func() bool {
+		st, _ := cpHealth(cp2)
+		return st == "ok"
+	})
+	api2 := loginAdmin(t, cp2)
+	var app struct {
+		Data struct {
+			AppID string `json:"app_id"`
+		} `json:"data"`
+	}
+	if code := api2.do("GET", "/api/v1/apps/mine", nil, &app); code != 200 || app.Data.AppID != "mine" {
+		t.Fatalf("GET mine after the restore: %d %+v", code, app)
 	}
 }

@@ -195,12 +195,13 @@ func TestGrafanaDashboardsAgainstPrometheus(t *testing.T) {
 	cp := harness.StartControlPlane(t, s.redis.URL(), map[string]string{
 		"TOLLGATE_METRICS_TOKEN": token, "TOLLGATE_LIVE_INTERVAL": "1s"})
 	gwAddr, cpAddr := strings.TrimPrefix(g.URL, "http://"), strings.TrimPrefix(cp.URL, "http://")
+	metricsAddr := strings.TrimPrefix(g.MetricsURL, "http://") // the gateway's /metrics listener
 
 	// make run's Prometheus: the config scripts/stack.sh writes, scraping every second here
 	dir := t.TempDir()
 	gen := exec.Command(filepath.Join(harness.RepoRoot(), "scripts", "stack.sh"), "prometheus-config")
 	gen.Env = append(os.Environ(), "TOLLGATE_RUN_DIR="+dir, "TOLLGATE_GATEWAY_ADDR="+gwAddr,
-		"TOLLGATE_CP_ADDR="+cpAddr, "TOLLGATE_METRICS_TOKEN="+token)
+		"TOLLGATE_METRICS_ADDR="+metricsAddr, "TOLLGATE_CP_ADDR="+cpAddr, "TOLLGATE_METRICS_TOKEN="+token)
 	out, err := gen.CombinedOutput()
 	if err != nil {
 		t.Fatalf("stack.sh prometheus-config: %v\n%s", err, out)
@@ -258,7 +259,7 @@ func TestGrafanaDashboardsAgainstPrometheus(t *testing.T) {
 	}
 
 	exprs := expressions(t, dashboards, map[string]string{
-		"cluster": "default", "app": "grafana", "node": gwAddr,
+		"cluster": "default", "app": "grafana", "node": metricsAddr,
 		"__rate_interval": "1m", "__interval": "15s", "__range": "5m"})
 	if t.Failed() {
 		t.FailNow()
@@ -295,7 +296,7 @@ func TestGrafanaDashboardsAgainstPrometheus(t *testing.T) {
 	// the node variable's values are the gateway's instance, the build is the checkout's
 	r := promQuery(t, promURL, `tollgate_build_info{component="gateway"}`)
 	if len(r.Data.Result) != 1 || r.Data.Result[0].Metric["version"] != harness.Version(t) ||
-		r.Data.Result[0].Metric["instance"] != gwAddr || r.Data.Result[0].Metric["node_id"] != g.NodeID {
+		r.Data.Result[0].Metric["instance"] != metricsAddr || r.Data.Result[0].Metric["node_id"] != g.NodeID {
 		t.Errorf("gateway build info in Prometheus: %+v", r.Data.Result)
 	}
 }

@@ -2,6 +2,7 @@ package t
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -117,13 +118,24 @@ func TestInvalidAppIDs(t *testing.T) {
 	}
 }
 
+// A huge app id is refused by tollgate's own check (400 invalid_app_id, before any Redis call)
+// up to the largest header nginx takes (8 KiB per line by default); beyond that nginx refuses the
+// request itself, still with a 4xx.
 func TestHugeAppIDIsRefusedWith4xx(t *testing.T) {
 	s := newStack(t, stackOptions{})
-	for _, n := range []int{1000, 10 * 1024} {
+	before := s.scriptCalls()
+	for _, n := range []int{1000, 8000} {
 		r := s.gw().Do("GET", "/bucket/key", strings.Repeat("x", n), nil, nil)
-		if r.Status < 400 || r.Status >= 500 {
-			t.Fatalf("%d-byte app id: status %d, want 4xx", n, r.Status)
+		var body rejection
+		if err := json.Unmarshal(r.Body, &body); err != nil || r.Status != 400 || body.Reason != "invalid_app_id" {
+			t.Fatalf("%d-byte app id: %d %q, want tollgate's 400 invalid_app_id", n, r.Status, r.Body)
 		}
+	}
+	if after := s.scriptCalls(); after != before {
+		t.Fatalf("huge app ids reached Redis: %d script calls", after-before)
+	}
+	if r := s.gw().Do("GET", "/bucket/key", strings.Repeat("x", 10*1024), nil, nil); r.Status < 400 || r.Status >= 500 {
+		t.Fatalf("10 KiB app id (beyond nginx's header limit): status %d, want 4xx", r.Status)
 	}
 }
 
@@ -211,18 +223,37 @@ type rejectionResponse struct {
 	body   rejection
 }
 
+// While the limiter refuses an app, /health and /metrics (on the monitoring listener) answer
+// 200, and the limiter neither counts nor charges them (they never enter its access phase).
 func TestHealthAndMetricsAreNeverLimited(t *testing.T) {
 	s := newStack(t, stackOptions{apps: []store.App{app("tiny", 1, 1)}})
 	g := s.gw()
-	for i := 0; i < 5; i++ {
-		g.Do("GET", "/bucket/k", "tiny", nil, nil)
+	refused := func() bool {
+		for i := 0; i < 20; i++ {
+			if g.Do("GET", "/bucket/k", "tiny", nil, nil).Status == 429 {
+				return true
+			}
+		}
+		return false
 	}
+	if !refused() {
+		t.Fatal("the limiter never refused app tiny (quota 1): nothing to show")
+	}
+	g.SettleMetrics()
+	counted := sumSeries(t, g, "ratelimit_requests_total")
 	for i := 0; i < 50; i++ {
 		for _, p := range []string{"/health", "/metrics"} {
 			if r := g.Monitor(p); r.Status != 200 {
-				t.Fatalf("%s: %d", p, r.Status)
+				t.Fatalf("%s while app tiny is refused: %d", p, r.Status)
 			}
 		}
+	}
+	g.SettleMetrics()
+	if after := sumSeries(t, g, "ratelimit_requests_total"); after != counted {
+		t.Fatalf("the limiter counted %v of the /health and /metrics requests", after-counted)
+	}
+	if !refused() {
+		t.Fatal("app tiny admitted again after the /health and /metrics requests")
 	}
 }
 

@@ -102,7 +102,7 @@ func TestInstallLayoutAndUnits(t *testing.T) {
 		"usr/lib/systemd/system/nginx.service.d/tollgate.conf": 0o644,
 		"etc/tollgate/controlplane.env":                        0o640, // secrets: not world-readable
 		"etc/tollgate/gateway.env":                             0o640,
-		"etc/tollgate/nginx/tollgate-main.conf":                0o644,
+		"usr/share/tollgate/nginx/tollgate_env.conf":           0o644,
 		"etc/tollgate/nginx/tollgate-site.conf":                0o644,
 		"etc/nginx/modules-enabled/90-tollgate.conf":           0o644,
 		"etc/nginx/conf.d/tollgate.conf":                       0o644,
@@ -125,7 +125,7 @@ func TestInstallLayoutAndUnits(t *testing.T) {
 		t.Errorf("installed tollgate_http.conf does not point at /usr/share/tollgate/lua:\n%s", httpConf)
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, "usr/lib/systemd/system/tollgate-controlplane.service"))
-	for _, want := range []string{"ExecStart=/usr/bin/tollgate-controlplane\n",
+	for _, want := range []string{"ExecStart=/usr/bin/tollgate-controlplane\n", "StateDirectory=tollgate\n",
 		"EnvironmentFile=/etc/tollgate/controlplane.env\n", "DynamicUser=yes\n", "ProtectSystem=strict\n",
 		"NoNewPrivileges=yes\n", "CapabilityBoundingSet=\n"} {
 		if !strings.Contains(string(unit), want) {
@@ -232,8 +232,15 @@ func TestInstalledStackServesRequests(t *testing.T) {
 			t.Errorf("%s --version = %q (%v), want %q…", b, out, err, want)
 		}
 	}
+	// the unit's StateDirectory, which systemd would create: the control plane's run directory
+	state := filepath.Join(root, "var/lib/tollgate")
+	edit(t, cpEnv, "TOLLGATE_RUN_DIR=/var/lib/tollgate", "TOLLGATE_RUN_DIR="+state)
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(filepath.Join(bin, "tollgate-controlplane"))
 	cmd.Env = envFile(t, cpEnv) // systemd's EnvironmentFile: nothing else
+	cmd.Dir = "/"               // systemd's working directory: nothing relative lands in the checkout
 	harness.StartProcess(t, "control plane", cmd).WaitHTTP(t, "http://"+cpAddr+"/health", 20*time.Second)
 	cmd = exec.Command(filepath.Join(bin, "tollgate-demo-s3"))
 	cmd.Env = []string{"TOLLGATE_BACKEND_ADDR=" + backendAddr}

@@ -77,6 +77,7 @@ func TestMultiNodeAdmissionMatchesL2(t *testing.T) {
 		}
 	}
 	for _, gw := range s.gws {
+		gw.SettleMetrics()
 		if v := gw.Metric(`ratelimit_fail_open_total{app_id="shared"}`); v != 0 {
 			t.Fatalf("%s failed open %v times with Redis up", gw.NodeID, v)
 		}

@@ -148,6 +148,7 @@ func TestScriptFlushRecovery(t *testing.T) {
 	if s.l2("demo-p3")["total_granted"] <= granted {
 		t.Fatalf("no grant reached Redis after SCRIPT FLUSH")
 	}
+	g.SettleMetrics()
 	if v := g.Metric(`ratelimit_fail_open_total{app_id="demo-p3"}`); v != 0 {
 		t.Fatalf("failed open %v times after SCRIPT FLUSH", v)
 	}

@@ -165,6 +165,7 @@ func TestRedisClusterSlotMigrationUnderLoad(t *testing.T) {
 	if n, _ := c.Node(from).Exists(ctx, l2).Result(); n != 0 {
 		t.Errorf("%s still on the old master", l2)
 	}
+	g.SettleMetrics()
 	for _, app := range []string{"demo-p1", "c1-app"} {
 		if v := g.Metric(`ratelimit_fail_open_total{app_id="` + app + `"}`); v != 0 {
 			t.Errorf("%s failed open %v times during the migration", app, v)

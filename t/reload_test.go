@@ -34,41 +34,37 @@ func sumSeries(t *testing.T, g *harness.Gateway, name string) float64 {
 // Ten `nginx -s reload` under load: only 2xx and 429 answers, and once the load stops every
 // connection counter is exactly 0 and the lease ledger balances.
 func TestTenReloadsUnderLoad(t *testing.T) {
-	// with shared counters: the area and the record table survive the reloads, the old workers
-	// keep their regions while the new ones claim others
-	forCounterModes(t, func(t *testing.T, mode string) {
-		s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_SHARED_COUNTERS": mode}})
-		g := s.gw()
-		stop := make(chan struct{})
-		done := make(chan *measuredLoad)
-		go func() { done <- runMeasured(g, "demo-p1", 8, stop) }()
-		for i := 0; i < 10; i++ {
-			time.Sleep(300 * time.Millisecond)
-			g.Signal(syscall.SIGHUP)
-		}
-		time.Sleep(500 * time.Millisecond)
-		close(stop)
-		m := <-done
-		t.Logf("admitted %d, rejected %d, 5xx %d, errors %d", m.admitted.Load(), m.rejected.Load(),
-			m.server5xx.Load(), m.errors.Load())
-		if bad := m.unexpected(); bad != "" || m.admitted.Load() == 0 {
-			t.Fatalf("reloads under load: %s; %d admitted", bad, m.admitted.Load())
-		}
-		if sumSeries(t, g, "connlimit_peak_connections") == 0 {
-			t.Fatalf("no connection was ever counted: the limiter is not in the path")
-		}
-		eventually(t, "connection counters back to 0", func() bool {
-			return sumSeries(t, g, "connlimit_active_connections") == 0 &&
-				sumSeries(t, g, "connlimit_cluster_active_connections") == 0
-		})
-		eventually(t, "balanced lease ledger", func() bool {
-			l := s.leases("demo-p1")
-			st := g.State("demo-p1")
-			return st.PendingCost == 0 && st.Inflight == "" &&
-				l["node-1:granted"] == l["node-1:consumed"]+l["node-1:returned"]+l["node-1:held"]
-		})
-		if n := strings.Count(g.ErrorLog(), "reconfiguring"); n < 10 {
-			t.Fatalf("nginx logged %d reconfigurations, want 10", n)
-		}
+	s := newStack(t, stackOptions{env: nil})
+	g := s.gw()
+	stop := make(chan struct{})
+	done := make(chan *measuredLoad)
+	go func() { done <- runMeasured(g, "demo-p1", 8, stop) }()
+	for i := 0; i < 10; i++ {
+		time.Sleep(300 * time.Millisecond)
+		g.Signal(syscall.SIGHUP)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	m := <-done
+	t.Logf("admitted %d, rejected %d, 5xx %d, errors %d", m.admitted.Load(), m.rejected.Load(),
+		m.server5xx.Load(), m.errors.Load())
+	if bad := m.unexpected(); bad != "" || m.admitted.Load() == 0 {
+		t.Fatalf("reloads under load: %s; %d admitted", bad, m.admitted.Load())
+	}
+	if sumSeries(t, g, "connlimit_peak_connections") == 0 {
+		t.Fatalf("no connection was ever counted: the limiter is not in the path")
+	}
+	eventually(t, "connection counters back to 0", func() bool {
+		return sumSeries(t, g, "connlimit_active_connections") == 0 &&
+			sumSeries(t, g, "connlimit_cluster_active_connections") == 0
 	})
+	eventually(t, "balanced lease ledger", func() bool {
+		l := s.leases("demo-p1")
+		st := g.State("demo-p1")
+		return st.PendingCost == 0 && st.Inflight == "" &&
+			l["node-1:granted"] == l["node-1:consumed"]+l["node-1:returned"]+l["node-1:held"]
+	})
+	if n := strings.Count(g.ErrorLog(), "reconfiguring"); n < 10 {
+		t.Fatalf("nginx logged %d reconfigurations, want 10", n)
+	}
 }

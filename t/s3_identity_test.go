@@ -428,10 +428,24 @@ func TestS3ErrorDialect(t *testing.T) {
 		})
 	}
 	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_ERROR_FORMAT": "s3"}})
-	r := s.gw().Do("GET", "/bkt/k", "", nil, nil)
+	g := s.gw()
+	r := g.Do("GET", "/bkt/k", "", nil, nil)
 	if r.Status != 403 || parseS3Error(t, r).Code != "AccessDenied" ||
 		r.Header.Get("X-Tollgate-Reason") != "missing_app_id" {
 		t.Fatalf("TOLLGATE_ERROR_FORMAT=s3, anonymous: %d %s", r.Status, r.Body)
+	}
+	r = g.Do("PROPFIND", "/bkt/k", "demo-p1", nil, nil)
+	if r.Status != 405 || parseS3Error(t, r).Code != "MethodNotAllowed" {
+		t.Fatalf("TOLLGATE_ERROR_FORMAT=s3, unsupported method: %d %s", r.Status, r.Body)
+	}
+	// a key whose app is gone: AccessDenied, as S3 answers a key without permissions
+	s.putAccessKey("AKIAGHOSTAPPKEY00001", "ghost")
+	eventually(t, "the ghost app's key loaded", func() bool {
+		r = g.Do("GET", "/bkt/k", "", nil, map[string]string{"Authorization": sigV4("AKIAGHOSTAPPKEY00001")})
+		return r.Header.Get("X-Tollgate-Reason") == "unknown_app"
+	})
+	if r.Status != 403 || parseS3Error(t, r).Code != "AccessDenied" {
+		t.Fatalf("key of an unknown app: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -472,8 +486,10 @@ func TestS3BackendAuthFailuresAreRefunded(t *testing.T) {
 			return false
 		}
 		for _, e := range entries {
+			// current_usage: the client IP's refusals in the last minute (1 at the first)
 			if e.Values["event_type"] == "auth_failed" && e.Values["access_key_id"] == akidP1 &&
-				e.Values["ip_address"] == "127.0.0.1" && e.Values["app_id"] == "demo-p1" {
+				e.Values["ip_address"] == "127.0.0.1" && e.Values["app_id"] == "demo-p1" &&
+				e.Values["current_usage"] == "1" {
 				return true
 			}
 		}
@@ -516,4 +532,52 @@ func TestS3OperationCostIncludesDownload(t *testing.T) {
 	}
 	eventually(t, "GetObject cost 1 + 5 units", func() bool { return g.Metric(series) == before+6 },
 		func() { t.Logf("%v, want %v", g.Metric(series), before+6) })
+}
+
+// TOLLGATE_COSTS sets base costs by operation or by class (an operation over its class).
+func TestS3CostsAreConfigurable(t *testing.T) {
+	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_COSTS": "GetObject=2,LIST=4,ListParts=9"}})
+	g := s.gw()
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/bkt/k", 2}, {"GET", "/bkt?list-type=2", 4}, {"GET", "/", 4},
+		{"GET", "/bkt/k?uploadId=1", 9}, {"HEAD", "/bkt/k", 1}, {"DELETE", "/bkt/k", 2},
+	} {
+		if r := g.Do(c.method, c.path, "demo-p1", nil, nil); r.Status != 200 || r.Cost() != c.want {
+			t.Fatalf("%s %s: status %d cost %d, want %d", c.method, c.path, r.Status, r.Cost(), c.want)
+		}
+	}
+}
+
+// SigV4 streaming uploads (aws-chunked, signed chunks or unsigned with a checksum trailer) are
+// PutObject, charged on the bytes they send.
+func TestS3StreamingPutIsPutObject(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putAccessKey(akidP1, "demo-p1")
+	waitKnown(t, g, akidP1)
+	ops := `ratelimit_s3_operations_total{operation="PutObject"}`
+	before := g.Metric(ops)
+	payload := strings.Repeat("p", 70000)
+	signed := fmt.Sprintf("%x;chunk-signature=%s\r\n%s\r\n0;chunk-signature=%s\r\n\r\n",
+		len(payload), strings.Repeat("a", 64), payload, strings.Repeat("b", 64))
+	unsigned := fmt.Sprintf("%x\r\n%s\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n", len(payload), payload)
+	for _, c := range []struct{ sha, body, trailer string }{
+		{"STREAMING-AWS4-HMAC-SHA256-PAYLOAD", signed, ""},
+		{"STREAMING-UNSIGNED-PAYLOAD-TRAILER", unsigned, "x-amz-checksum-crc32"},
+	} {
+		hdr := map[string]string{"Authorization": sigV4(akidP1), "Content-Encoding": "aws-chunked",
+			"X-Amz-Content-Sha256": c.sha, "X-Amz-Decoded-Content-Length": fmt.Sprint(len(payload))}
+		if c.trailer != "" {
+			hdr["X-Amz-Trailer"] = c.trailer
+		}
+		r := g.Do("PUT", "/bkt/streamed", "", strings.NewReader(c.body), hdr)
+		want := 5 + (len(c.body)+65535)/65536
+		if r.Status != 200 || r.Cost() != want {
+			t.Fatalf("%s: status %d cost %d, want 200 and %d", c.sha, r.Status, r.Cost(), want)
+		}
+	}
+	eventually(t, "two PutObject", func() bool { return g.Metric(ops) == before+2 })
 }

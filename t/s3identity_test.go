@@ -60,7 +60,7 @@ func TestS3ThrottledClientsBackOffAndFinish(t *testing.T) {
 	st.api.change("POST", "/api/v1/apps", map[string]any{"app_id": "s3-slow", "cluster_id": "default",
 		"guaranteed_quota": 20, "burst_quota": 40, "priority": 2})
 	for _, c := range s3clients() {
-		st.api.change("POST", "/api/v1/apps/s3-slow/access-keys", map[string]string{"access_key_id": c.key})
+		st.addKey(t, "s3-slow", c.key)
 	}
 	dir := t.TempDir()
 	for i := 0; i < slowObjects; i++ {
@@ -168,7 +168,7 @@ for f in sorted(os.listdir(d)):
 // Credentials plus a spoofed X-App-Id: charged to the credentials' app, never to the header's.
 func TestS3CredentialsWinOverASpoofedAppHeader(t *testing.T) {
 	st := s3Stack(t, nil)
-	st.api.change("POST", "/api/v1/apps/demo-p3/access-keys", map[string]string{"access_key_id": "AKIASPOOF00000000001"})
+	st.addKey(t, "demo-p3", "AKIASPOOF00000000001")
 	ctx := context.Background()
 	c := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(st.g.URL), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIASPOOF00000000001", "spoof-secret-1", ""),
@@ -209,7 +209,7 @@ func TestS3CredentialsWinOverASpoofedAppHeader(t *testing.T) {
 // SignatureDoesNotMatch, the gateway refunds the charge and counts the failure.
 func TestS3ForgedSignaturesAreRefunded(t *testing.T) {
 	st := s3Stack(t, nil)
-	st.api.change("POST", "/api/v1/apps/demo-p2/access-keys", map[string]string{"access_key_id": "AKIASPOOF00000000001"})
+	st.addKey(t, "demo-p2", "AKIASPOOF00000000001")
 	ctx := context.Background()
 	forged := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(st.g.URL), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIASPOOF00000000001", "not-the-secret", ""),
@@ -238,5 +238,75 @@ func TestS3ForgedSignaturesAreRefunded(t *testing.T) {
 	}, func() { t.Logf("ops %v cost %v", ops, cost) })
 	if cost["PutObject"] != 0 || cost["ListObjectsV2"] != 0 {
 		t.Fatalf("forged requests cost %v, want everything refunded", cost)
+	}
+}
+
+// The admin API's changes reach the gateway: a bucket mapped over the API charges anonymous
+// requests to its app until it is unmapped; a key removed with its app is unknown to the
+// gateway at once (403 InvalidAccessKeyId).
+func TestS3AdminChangesReachTheGateway(t *testing.T) {
+	st := s3Stack(t, nil)
+	ctx := context.Background()
+	st.api.change("POST", "/api/v1/apps", map[string]any{"app_id": "s3-owner", "cluster_id": "default",
+		"guaranteed_quota": 100, "burst_quota": 1000, "priority": 2})
+	st.addKey(t, "s3-owner", "AKIASPOOF00000000001")
+	c := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(st.g.URL), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider("AKIASPOOF00000000001", "spoof-secret-1", ""),
+		Retryer:     aws.NopRetryer{}})
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("public-site"), Key: aws.String("index.html"),
+		Body: strings.NewReader("<h1>hi</h1>")}); err != nil {
+		t.Fatal(err)
+	}
+	anon := func() int {
+		resp, err := http.Get(st.g.URL + "/public-site/index.html")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := anon(); code != 400 {
+		t.Fatalf("anonymous GET of an unmapped bucket: %d, want 400 missing_app_id", code)
+	}
+	var out struct {
+		Data struct {
+			Version int64 `json:"config_version"`
+		} `json:"data"`
+	}
+	if code := st.api.do("PUT", "/api/v1/buckets/public-site", map[string]string{"app_id": "s3-owner"}, &out); code != 201 {
+		t.Fatalf("map bucket: %d", code)
+	}
+	st.waitVersion(t, out.Data.Version)
+	owner := seriesSum(t, st.g, "ratelimit_requests_total", `app_id="s3-owner"`)
+	for i := 0; i < 3; i++ {
+		if code := anon(); code != 200 {
+			t.Fatalf("anonymous GET of a mapped bucket: %d", code)
+		}
+	}
+	eventually(t, "anonymous GETs charged to the bucket's owner", func() bool {
+		return seriesSum(t, st.g, "ratelimit_requests_total", `app_id="s3-owner"`)-owner == 3
+	})
+	if code := st.api.do("DELETE", "/api/v1/buckets/public-site", nil, nil); code != 204 {
+		t.Fatalf("unmap: %d", code)
+	}
+	eventually(t, "the unmapped bucket refused to anonymous requests", func() bool { return anon() == 400 })
+
+	// the app goes, and its key with it
+	var del struct {
+		Data struct {
+			Version int64 `json:"config_version"`
+		} `json:"data"`
+	}
+	if code := st.api.do("DELETE", "/api/v1/apps/s3-owner", nil, &del); code != 200 {
+		t.Fatalf("delete app: %d", code)
+	}
+	st.waitVersion(t, del.Data.Version)
+	_, err := c.ListBuckets(ctx, &s3.ListBucketsInput{})
+	if apiCode(err) != "InvalidAccessKeyId" {
+		t.Fatalf("the removed app's key: %v", err)
+	}
+	if n := st.backend.Served(); n == 0 {
+		t.Fatal("the backend served nothing")
 	}
 }

@@ -38,6 +38,13 @@ func (s *Store) SetHooks(h Hooks) {
 	s.hooks = h
 }
 
+func (s *Store) before(ctx context.Context) error {
+	if s.hooks.Before == nil {
+		return nil
+	}
+	return s.hooks.Before(ctx)
+}
+
 // Ack collects what the config writes of one request got from WAIT; the API reports it.
 type Ack struct {
 	mu      sync.Mutex

@@ -154,6 +154,9 @@ func (s *Store) AddAccessKey(ctx context.Context, app, key string) (created bool
 	if err := s.checkApp(ctx, app); err != nil {
 		return false, 0, err
 	}
+	if err := s.before(ctx); err != nil { // a lost store takes no write at all
+		return false, 0, err
+	}
 	claimed, err := s.rdb.HSetNX(ctx, keys.AccessKeys(), key, app).Result()
 	if err != nil {
 		return false, 0, fmt.Errorf("store: claim access key: %w", err)
@@ -195,6 +198,9 @@ func (s *Store) RemoveAccessKey(ctx context.Context, app, key string) (int64, er
 	}
 	if !keys.ValidID(app) {
 		return 0, invalidID("app", app)
+	}
+	if err := s.before(ctx); err != nil {
+		return 0, err
 	}
 	removed, err := s.release(ctx, keys.AccessKeys(), key, app)
 	if err != nil {
@@ -271,6 +277,9 @@ func (s *Store) PutBucket(ctx context.Context, bucket, app string) (previous str
 	if err := s.checkApp(ctx, app); err != nil {
 		return "", 0, err
 	}
+	if err := s.before(ctx); err != nil {
+		return "", 0, err
+	}
 	old, err := s.scripts.Run(ctx, s.rdb, "owner_set", []string{keys.Buckets()}, bucket, app).Text()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", 0, fmt.Errorf("store: map bucket: %w", err)
@@ -302,6 +311,9 @@ func (s *Store) PutBucket(ctx context.Context, bucket, app string) (previous str
 func (s *Store) DeleteBucket(ctx context.Context, bucket string) (string, int64, error) {
 	owner, err := s.BucketOwner(ctx, bucket)
 	if err != nil {
+		return "", 0, err
+	}
+	if err := s.before(ctx); err != nil {
 		return "", 0, err
 	}
 	removed, err := s.release(ctx, keys.Buckets(), bucket, owner)

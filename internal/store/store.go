@@ -69,6 +69,9 @@ func (s *Store) PutCluster(ctx context.Context, c Cluster) (Allocation, error) {
 	if math.IsNaN(c.ReservedRatio) || math.IsInf(c.ReservedRatio, 0) {
 		return Allocation{}, invalidField("reserved_ratio")
 	}
+	if err := s.before(ctx); err != nil { // before the script writes anything
+		return Allocation{}, err
+	}
 	ratio := strconv.FormatFloat(c.ReservedRatio, 'f', -1, 64)
 	res, err := s.scripts.Run(ctx, s.rdb, "cluster_config",
 		[]string{keys.L1(c.ID), keys.L1Apps(c.ID)}, c.Capacity, ratio).Int64Slice()
@@ -124,6 +127,9 @@ func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
 	if err != nil {
 		return Allocation{}, fmt.Errorf("store: put app %s: %w", a.AppID, err)
 	}
+	if err := s.before(ctx); err != nil { // before the script writes anything
+		return Allocation{}, err
+	}
 	res, err := s.scripts.Run(ctx, s.rdb, "app_config",
 		[]string{keys.L1(a.ClusterID), keys.L1Apps(a.ClusterID), keys.L2(a.ClusterID, a.AppID)},
 		a.AppID, a.GuaranteedQuota, a.BurstQuota, a.Priority, a.CBw, a.MaxBorrow, boolArg(a.Enabled),
@@ -172,10 +178,8 @@ func (s *Store) checkAppIDs(ctx context.Context, a App) error {
 // version, one after the other: whoever sees a version also sees the writes before it. (No
 // MULTI: the untagged keys live in different Redis Cluster slots.)
 func (s *Store) bumpVersion(ctx context.Context, extra func(context.Context) error) (int64, error) {
-	if s.hooks.Before != nil {
-		if err := s.hooks.Before(ctx); err != nil {
-			return 0, err
-		}
+	if err := s.before(ctx); err != nil {
+		return 0, err
 	}
 	if extra != nil {
 		if err := extra(ctx); err != nil {

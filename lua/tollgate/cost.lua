@@ -3,6 +3,8 @@
 -- classifier is tollgate.s3).
 local ceil = math.ceil
 local floor = math.floor
+local tonumber = tonumber
+local type = type
 
 local _M = {}
 
@@ -93,9 +95,10 @@ function _M.units(bytes, quantum)
     return ceil(bytes / quantum)
 end
 
---- A calculator with its own base costs, quantum and cap.
+--- A calculator with its own base costs, quantum and cap, and the bytes a chunked upload
+-- without a declared size pays up front (TOLLGATE_CHUNKED_ESTIMATE).
 -- @param opts table|nil {base = {OP = n}, quantum = 65536, max_cost = 1000000}
-function _M.new(opts)
+function _M.new(opts, chunked_estimate)
     opts = opts or {}
     local base = {}
     for op, v in pairs(DEFAULT_BASE) do
@@ -128,7 +131,8 @@ function _M.new(opts)
     if type(max_cost) ~= "number" or max_cost < 1 then
         return nil, "max_cost must be positive"
     end
-    return setmetatable({ base = base, quantum = quantum, max_cost = max_cost }, { __index = _M })
+    return setmetatable({ base = base, quantum = quantum, max_cost = max_cost,
+                          chunked_estimate = chunked_estimate or 1048576 }, { __index = _M })
 end
 
 --- Cost of an operation moving `bytes` with bandwidth coefficient c_bw (Property 1); `keys`
@@ -154,5 +158,61 @@ function _M.bandwidth(self, bytes, c_bw, already)
     return c
 end
 
+--- Bytes a chunked upload is expected to carry: its decoded length, else the chunked estimate.
+function _M.upload_estimate(self, headers)
+    local n = tonumber(headers["x-amz-decoded-content-length"])
+    if n and n >= 0 then
+        return n
+    end
+    return self.chunked_estimate
+end
+
+-- running average of download sizes per app, per worker (no shared-memory work per request)
+local dl_avg = {}
+
+--- Bytes a download is expected to return: the Range if bounded, else the app's average.
+function _M.download_estimate(a, headers)
+    local range = headers["range"]
+    if type(range) == "string" then
+        local first, last = range:match("^bytes=(%d+)-(%d+)$")
+        if first then
+            return tonumber(last) - tonumber(first) + 1
+        end
+    end
+    return dl_avg[a.id] or 0
+end
+
+--- Remember a download's real size in the app's running average.
+function _M.observe_download(a, bytes)
+    local avg = dl_avg[a.id]
+    dl_avg[a.id] = avg and floor(avg + 0.2 * (bytes - avg)) or bytes
+end
+
+--- Price a request of app a (its c_bw) doing op on nkeys keys (DeleteObjects), from its
+-- headers (tollgate.request.headers): the known cost (C_base + request body), the estimate of
+-- bandwidth settled after the response (chunked upload, download) and a multipart reservation
+-- to open. Returns cost, estimate, reserve, chunked (multiple values: no table per request).
+function _M.price(self, a, op, headers, nkeys)
+    local estimate, reserve, chunked = 0, 0, false
+    local bytes = 0
+    local te = headers["transfer-encoding"]
+    if te and te ~= "identity" then
+        chunked = true
+    else
+        bytes = tonumber(headers["content-length"]) or 0
+    end
+    local cost = self:calculate(op, bytes, a.c_bw, nkeys)
+    if chunked then
+        estimate = self:bandwidth(self:upload_estimate(headers), a.c_bw, cost)
+    elseif DOWNLOAD[op] then
+        estimate = self:bandwidth(_M.download_estimate(a, headers), a.c_bw, cost)
+    elseif op == "CreateMultipartUpload" then
+        local expected = tonumber(headers["x-tollgate-expected-size"])
+        if expected and expected > 0 then
+            reserve = self:bandwidth(expected, a.c_bw, cost)
+        end
+    end
+    return cost, estimate, reserve, chunked
+end
 
 return _M

@@ -42,12 +42,12 @@ local FIELDS = {
 }
 local NFIELDS = #FIELDS
 
-local PER_SEC, NODE, R, BG_MS
+local PER_SEC, NODE, redis_client, BG_MS
 
 --- s: settings (events_per_sec, node_id, bg_timeout_ms); client: tollgate.redis.client client (only
 -- the draining worker needs it).
 function _M.init(s, client)
-    PER_SEC, NODE, BG_MS, R = s.events_per_sec, s.node_id, s.bg_timeout_ms, client
+    PER_SEC, NODE, BG_MS, redis_client = s.events_per_sec, s.node_id, s.bg_timeout_ms, client
 end
 
 local function field(v, limit)
@@ -185,7 +185,7 @@ end
 --- Worker 0, about every second: move the queue to the stream. Entries wait in the queue while
 -- Redis cannot take them; they are dropped (and counted) when the queue is full.
 function _M.drain()
-    if not R then
+    if not redis_client then
         return 0
     end
     local sent = 0
@@ -207,7 +207,7 @@ function _M.drain()
         if #batch == 0 then
             break
         end
-        local ok, err = R:with(BG_MS, send, batch)
+        local ok, err = redis_client:with(BG_MS, send, batch)
         if not ok then
             local lost = requeue(raw)
             if lost > 0 then

@@ -14,7 +14,6 @@ local metrics = require("tollgate.metrics")
 local response = require("tollgate.request.response")
 local numvar = require("tollgate.request.numvar")
 local shm = require("tollgate.shm")
-local counters = require("tollgate.counters")
 local l3 = require("tollgate.lease.bucket")
 local sync = require("tollgate.lease.sync")
 local watch = require("tollgate.config.watch")
@@ -52,7 +51,7 @@ local find = string.find
 
 local _M = {}
 
-local S, SC, R, CALC
+local conf, redis_scripts, redis_client, calculator
 local DOMAINS           -- TOLLGATE_S3_DOMAINS (nil without: every request is path-style)
 
 local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true,
@@ -73,53 +72,38 @@ local function tune_jit(mode)
 end
 
 function _M.init(opts)
-    S = config.settings(opts)
-    tune_jit(S.jit_tune)
+    conf = config.settings(opts)
+    tune_jit(conf.jit_tune)
     -- the config generation's mirror, mapped before the workers fork (a plain read per request)
     local _, gerr = config.share_generation()
     if gerr then
         ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
             "); every request reads it from config_dict")
     end
-    if S.shared_counters == "on" then
-        -- the hot path's counters and the connection limiter's compact tracking records in
-        -- memory mapped before the workers fork (atomic adds and compare-and-swaps)
-        local ok, err = counters.create()
-        if not ok then
-            ngx.log(ngx.WARN, "tollgate: no shared counter area (", err,
-                "); leases and connection counts live in their shared dicts")
-        else
-            ok, err = require("tollgate.conn.track").map()
-            if not ok then
-                ngx.log(ngx.WARN, "tollgate: no area for tracking records (", err,
-                    "); they live in connlimit_dict")
-            end
-        end
-    end
-    connlimit.configure(S)
-    local set, err = scripts.load(S.scripts_dir)
+    connlimit.configure(conf)
+    local set, err = scripts.load(conf.scripts_dir)
     if not set then
         error("tollgate: " .. err, 0)
     end
-    SC = set
-    local costs = S.costs
+    redis_scripts = set
+    local costs = conf.costs
     if costs == nil then
         local perr
-        costs, perr = cost_mod.parse_list(S.cost_list)
+        costs, perr = cost_mod.parse_list(conf.cost_list)
         if not costs then
             error("tollgate: TOLLGATE_COSTS: " .. perr, 0)
         end
     end
-    local calc, cerr = cost_mod.new({ base = costs })
+    local calc, cerr = cost_mod.new({ base = costs }, conf.chunked_estimate)
     if not calc then
         error("tollgate: " .. cerr, 0)
     end
-    CALC = calc
-    identity.configure(S)
+    calculator = calc
+    identity.configure(conf)
     DOMAINS = identity.DOMAINS[1] and identity.DOMAINS or nil
     -- the headers the request path reads (identity, price, reservation estimates); rules and
     -- events read the rest through reqheaders.all
-    reqheaders.want(S.app_header:lower())
+    reqheaders.want(conf.app_header:lower())
     for _, name in ipairs({ "transfer-encoding", "content-length", "x-amz-copy-source",
                             "x-tollgate-expected-size", "x-amz-decoded-content-length",
                             "range" }) do
@@ -131,14 +115,14 @@ function _M.init(opts)
 end
 
 function _M.init_worker()
-    if not S then
+    if not conf then
         _M.init()
     end
-    deg.init(S)
+    deg.init(conf)
     config.on_generation(identity.flush)
     config.publish_generation(true)
     local client, err = rredis.new({
-        url = S.redis_url, pool_size = S.pool_size,
+        url = conf.redis_url, pool_size = conf.pool_size,
         on_result = function(rerr, unavailable, sec)
             metrics.redis_latency(sec)
             deg.observe(sec)
@@ -148,18 +132,19 @@ function _M.init_worker()
     if not client then
         error("tollgate: " .. err, 0)
     end
-    R = client
-    local ok, serr = R:start(S.bg_timeout_ms)  -- Sentinel master / cluster slot map upkeep
+    redis_client = client
+    -- Sentinel master / cluster slot map upkeep
+    local ok, serr = redis_client:start(conf.bg_timeout_ms)
     if not ok then
         ngx.log(ngx.ERR, "tollgate: cannot start redis topology upkeep: ", serr)
     end
-    l3.init(S, R, SC, sync)
-    sync.init(S, R, SC)
-    reservation.init(S, l3)
-    rules.init(S, R, SC)
-    watch.init(S, R)
-    events.init(S, R)
-    connlimit.start(S, R)
+    l3.init(conf, redis_client, redis_scripts)
+    sync.init(conf, redis_client, redis_scripts)
+    reservation.init(conf)
+    rules.init(conf, redis_client, redis_scripts)
+    watch.init(conf, redis_client)
+    events.init(conf, redis_client)
+    connlimit.start(conf, redis_client)
     ngx.timer.every(1, function(premature)
         if not premature then
             metrics.flush()
@@ -176,12 +161,12 @@ function _M.init_worker()
         end
     end)
     if worker0 then
-        ngx.timer.every(math.min(10, S.reservation_timeout / 2), function(premature)
+        ngx.timer.every(math.min(10, conf.reservation_timeout / 2), function(premature)
             if not premature then
                 reservation.sweep()
             end
         end)
-        ngx.timer.every(S.sync_interval, function(premature)
+        ngx.timer.every(conf.sync_interval, function(premature)
             if not premature then
                 sync.tick()
                 rules.push_stats()      -- at most once a second
@@ -195,32 +180,6 @@ end
 local function reject_invalid(ctx, reason, message, status)
     ctx.tg_label = "_invalid"
     return response.refuse(status or 400, reason, message)
-end
-
--- Price a request: the known cost (C_base + request body), the estimate of bandwidth settled
--- after the response (chunked upload, download) and a multipart reservation to open.
--- Returns cost, estimate, reserve, chunked (multiple values: no table per request).
-local function price(a, op, headers, nkeys)
-    local estimate, reserve, chunked = 0, 0, false
-    local bytes = 0
-    local te = headers["transfer-encoding"]
-    if te and te ~= "identity" then
-        chunked = true
-    else
-        bytes = tonumber(headers["content-length"]) or 0
-    end
-    local cost = CALC:calculate(op, bytes, a.c_bw, nkeys)
-    if chunked then
-        estimate = CALC:bandwidth(reservation.upload_estimate(headers), a.c_bw, cost)
-    elseif cost_mod.DOWNLOAD[op] then
-        estimate = CALC:bandwidth(reservation.download_estimate(a, headers), a.c_bw, cost)
-    elseif op == "CreateMultipartUpload" then
-        local expected = tonumber(headers["x-tollgate-expected-size"])
-        if expected and expected > 0 then
-            reserve = CALC:bandwidth(expected, a.c_bw, cost)
-        end
-    end
-    return cost, estimate, reserve, chunked
 end
 
 -- ratelimit_rejected_total{app_id,reason} (ids are validated; reasons come from a fixed set)
@@ -352,7 +311,7 @@ function _M.access()
         return connlimit.refuse(creason)
     end
 
-    local cost, estimate, reserve, chunked = price(a, op, headers, nkeys)
+    local cost, estimate, reserve, chunked = calculator:price(a, op, headers, nkeys)
     -- rules after the connection slot and the price, before the tiers: a rule rejection
     -- charges no tier tokens, and log() gives the slot back
     local rule, rretry, rremaining, dup = rules.check(a, method, headers, cost)
@@ -380,7 +339,7 @@ function _M.access()
     end
     local covered = 0
     if op == "UploadPart" then
-        covered = reservation.draw(a, uri, cost - CALC.base[op])
+        covered = reservation.draw(a, uri, cost - calculator.base[op])
     end
     local charge = cost + estimate + reserve - covered
     local ok, x, y = l3.acquire(a, charge)
@@ -421,14 +380,16 @@ local function upstream_answered()
 end
 
 -- A request the backend refused as unauthenticated, refunded: counted by app (a bounded label),
--- per client IP in a one-minute window of the ratelimit dict (never a label), and an event
--- carrying the IP, that count and the access key id.
+-- per client IP in a one-minute window of its own dict (never a label; a spray from many
+-- addresses evicts only other addresses' counts), and an event carrying the IP, that count and
+-- the access key id.
 local AUTH_WINDOW = 60
+local afdict = ngx.shared.tollgate_authfail     -- nil in an nginx without the http include's dict
 local function auth_failed(ctx, label, method, status)
     metrics.inc('ratelimit_auth_failures_total{app_id="' .. label .. '"}')
     local headers = reqheaders.all(ctx.h)
-    local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], S.trusted_proxies)
-    local n = shm.dict:incr("af:" .. tostring(ip), 1, 0, AUTH_WINDOW)
+    local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], conf.trusted_proxies)
+    local n = afdict and afdict:incr(tostring(ip), 1, 0, AUTH_WINDOW)
     local sampled = events.take("auth_failed", label, nil)
     if not sampled then
         return
@@ -484,11 +445,11 @@ local function log_request(ctx)
     local actual = 0
     if ctx.tg_chunked then
         -- nginx sets $content_length to the de-chunked size once it has read the body
-        actual = CALC:bandwidth(tonumber(var.content_length) or 0, a.c_bw, ctx.tg_total)
+        actual = calculator:bandwidth(tonumber(var.content_length) or 0, a.c_bw, ctx.tg_total)
     elseif cost_mod.DOWNLOAD[op] then
         local sent = tonumber(var.body_bytes_sent) or 0
-        actual = CALC:bandwidth(sent, a.c_bw, ctx.tg_total)
-        reservation.observe_download(a, sent)
+        actual = calculator:bandwidth(sent, a.c_bw, ctx.tg_total)
+        cost_mod.observe_download(a, sent)
     end
     if ctx.tg_estimate > 0 or actual > 0 then
         reservation.settle(a, ctx.tg_estimate, actual, ctx.tg_source)
@@ -519,42 +480,23 @@ function _M.health()
         status = lost and "config_store_lost" or "ok",
         reason = lost and (lost .. ": the config store is not the one this gateway knew; "
             .. "serving the last good config until it is restored") or nil,
-        node_id = S.node_id,
+        node_id = conf.node_id,
         redis = deg.is_open() and "unavailable" or "ok",
         degradation_level = deg.level(),
         config_version = config.version(),
         config_epoch = config.epoch(),
-        mode = S.mode,
+        mode = conf.mode,
         version = VERSION,
     }))
 end
 
+-- Each module adds the gauges it owns (metrics.add_gauges); this one adds the build's.
 function _M.metrics()
-    metrics.flush()
-    local gauges = {}
-    local dict, ctr = shm.dict, shm.ctr
-    for _, id in ipairs(config.app_ids()) do
-        local k = shm.keys(id)
-        local t = ctr:get(k.tokens)
-        if t then
-            gauges['ratelimit_l3_tokens{app_id="' .. id .. '"}'] = t
-            gauges['ratelimit_l3_debt{app_id="' .. id .. '"}'] = dict:get(k.debt) or 0
-            gauges['ratelimit_l3_reserve_target{app_id="' .. id .. '"}'] =
-                dict:get(k.target) or S.min_target
-        end
-    end
-    gauges["ratelimit_l3_cache_hit_ratio"] = metrics.hit_ratio()
-    gauges["ratelimit_config_version"] = config.version() or 0
-    gauges["ratelimit_degradation_level"] = deg.level()
-    gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0
-    gauges["ratelimit_reservations_active"] = dict:get("rsv:active") or 0
-    gauges["ratelimit_config_errors_total"] = ngx.shared.config_dict:get("errors") or 0
-    gauges['tollgate_build_info{component="gateway",node_id="' .. S.node_id .. '",version="'
-        .. VERSION .. '"}'] = 1
-    gauges["ratelimit_config_store_lost"] = config.store_lost() and 1 or 0
-    gauges["ratelimit_config_store_lost_total"] = config.store_lost_total()
     ngx.header["Content-Type"] = "text/plain; version=0.0.4"
-    ngx.print(metrics.render(gauges))
+    ngx.print(metrics.render({
+        ['tollgate_build_info{component="gateway",node_id="' .. conf.node_id .. '",version="'
+            .. VERSION .. '"}'] = 1,
+    }))
 end
 
 --- The build's version (tollgate_build.lua, else "dev").
@@ -563,11 +505,11 @@ function _M.version()
 end
 
 function _M.settings()
-    return S
+    return conf
 end
 
 function _M.calculator()
-    return CALC
+    return calculator
 end
 
 return _M

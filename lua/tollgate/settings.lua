@@ -54,7 +54,6 @@ _M.SCHEMA = {
     { key = "chunked_estimate", env = "TOLLGATE_CHUNKED_ESTIMATE", kind = "integer", default = 1048576, min = 0, doc = "bytes a chunked upload without `x-amz-decoded-content-length` pays up front" },
     { key = "reservation_timeout", env = "TOLLGATE_RESERVATION_TIMEOUT", kind = "number", default = 3600, above = 0, doc = "seconds after which an uncompleted multipart reservation is released" },
     { key = "jit_tune", env = "TOLLGATE_JIT_TUNE", kind = "bool", default = "on", doc = "`on` raises LuaJIT's trace limits (VM-wide, in `init_by_lua`) so that the request path compiles; `off` keeps the VM's defaults" },
-    { key = "shared_counters", env = "TOLLGATE_SHARED_COUNTERS", kind = "bool", default = "off", doc = "`on` keeps the hot path's counters and the connection limiter's tracking records in memory the master maps (atomic instructions) instead of their shared dicts" },
     { key = "events_per_sec", env = "TOLLGATE_EVENTS_PER_SEC", kind = "integer", default = 20, min = 0, max = 100000, doc = "event entries per second this node writes to `ratelimit:events` (0: none); the rest are folded into the next entry's `sampled`" },
     { key = "trusted_proxies", env = "TOLLGATE_TRUSTED_PROXIES", kind = "cidrs", default = "", doc = "comma-separated CIDRs of proxies whose `X-Forwarded-For` is believed for the client IP of rules" },
     { key = "app_sources", env = "TOLLGATE_APP_SOURCES", kind = "string", default = "s3_access_key,header", doc = "identity sources in order: `s3_access_key` (the app of the request's S3 access key id), `header` (the app header), `var:<name>` (an nginx variable); see docs/s3.md" },
@@ -92,20 +91,24 @@ local function bounds(e)
     return lo or hi
 end
 
--- The checked value of entry e from raw (an option's value or the environment's string), or
--- nil, message.
-local function check(e, raw)
+--- The checked value of schema entry e (a setting, or any bounded field shaped like one: the
+-- breaker configs use it) from raw — an option's value, or the environment's string when
+-- from_string — or nil, message, "type" | "bounds".
+local function check(e, raw, from_string)
     local kind = e.kind
     if kind == "number" or kind == "integer" then
-        local n = tonumber(raw)
+        local n = raw
+        if type(raw) == "string" and from_string ~= false then
+            n = tonumber(raw)
+        end
         if type(n) ~= "number" or n ~= n then
-            return nil, "must be a number"
+            return nil, "must be a number", "type"
         end
         if kind == "integer" and n ~= floor(n) then
-            return nil, "must be an integer"
+            return nil, "must be an integer", "type"
         end
         if (e.min and n < e.min) or (e.above and n <= e.above) or (e.max and n > e.max) then
-            return nil, "must be " .. bounds(e)
+            return nil, "must be " .. bounds(e), "bounds"
         end
         return n
     elseif kind == "enum" or kind == "bool" then
@@ -115,29 +118,30 @@ local function check(e, raw)
                 return raw
             end
         end
-        return nil, "must be one of " .. concat(values, ", ")
+        return nil, "must be one of " .. concat(values, ", "), "bounds"
     elseif kind == "id" then
         if not valid_id(raw) then
-            return nil, "must match ^[A-Za-z0-9_-]{1,128}$"
+            return nil, "must match ^[A-Za-z0-9_-]{1,128}$", "bounds"
         end
         return raw
     elseif kind == "cidrs" then
         local list, err = cidr_list(raw)
         if not list then
-            return nil, "must be comma-separated CIDRs: " .. tostring(err)
+            return nil, "must be comma-separated CIDRs: " .. tostring(err), "bounds"
         end
         return list
     elseif kind == "table" then
         if type(raw) ~= "table" then
-            return nil, "must be a table"
+            return nil, "must be a table", "type"
         end
         return raw
     end
     if type(raw) ~= "string" then
-        return nil, "must be a string"
+        return nil, "must be a string", "type"
     end
     return raw
 end
+_M.check = check
 
 --- Every setting from opts (init() options) over getenv (os.getenv) over the defaults.
 -- Returns the settings table, and the list of problems (empty when all are good), one per bad

@@ -1,13 +1,8 @@
 -- Shared-dict layout of the local tier (L3): per-app key names (built once per app per worker)
 -- and the atomic primitives every module uses on them.
-local counters = require("tollgate.counters")
-
 local dict = ngx.shared.ratelimit
--- tokens and pending of every app are counters (tollgate.counters: this dict, or with
--- TOLLGATE_SHARED_COUNTERS=on the master-mapped area)
-local ctr = counters.of("ratelimit")
 
-local _M = { dict = dict, ctr = ctr }
+local _M = { dict = dict }
 
 local cache = {}
 local cache_n = 0
@@ -20,9 +15,8 @@ function _M.keys(id)
     end
     local p = "app:" .. id .. ":"
     k = {
-        tokens = p .. "tokens",                 -- lease held by this node (a counter)
-        pending = p .. "pending",               -- lease admissions not yet reported (packed;
-                                                -- a counter)
+        tokens = p .. "tokens",                 -- lease held by this node
+        pending = p .. "pending",               -- lease admissions not yet reported (packed)
         pending_cost = p .. "pending_cost",     -- other consumption not yet reported
         pending_count = p .. "pending_count",   -- requests not yet reported (spilled)
         debt = p .. "debt",                     -- post-hoc charges the lease could not cover
@@ -74,7 +68,7 @@ local SPILL_ABS = 2 ^ 50
 
 --- Count an admission (cost, +1) or its rollback (-cost, -1). Returns the requests pending.
 function _M.add_pending(k, cost, count)
-    local p = ctr:incr(k.pending, cost * PACK + count, 0)
+    local p = dict:incr(k.pending, cost * PACK + count, 0)
     if not p then
         return 0
     end
@@ -85,18 +79,18 @@ function _M.add_pending(k, cost, count)
     -- move exactly what this incr saw; concurrent increments stay in the packed counter
     local c
     c, n = unpack_pending(p)
-    ctr:incr(k.pending, -p, 0)
+    dict:incr(k.pending, -p, 0)
     dict:incr(k.pending_cost, c, 0)
     return dict:incr(k.pending_count, n, 0) or 0
 end
 
 --- Take all unreported consumption of app keys k: cost, count (zero, zero when none).
 function _M.take_pending(k)
-    local p = ctr:get(k.pending) or 0
+    local p = dict:get(k.pending) or 0
     local pc = dict:get(k.pending_cost) or 0
     local pn = dict:get(k.pending_count) or 0
     if p ~= 0 then
-        ctr:incr(k.pending, -p)
+        dict:incr(k.pending, -p)
     end
     if pc ~= 0 then
         dict:incr(k.pending_cost, -pc)
@@ -110,18 +104,18 @@ end
 
 --- Unreported consumption of app keys k without taking it: cost, count.
 function _M.peek_pending(k)
-    local c, n = unpack_pending(ctr:get(k.pending) or 0)
+    local c, n = unpack_pending(dict:get(k.pending) or 0)
     return c + (dict:get(k.pending_cost) or 0), n + (dict:get(k.pending_count) or 0)
 end
 
---- Take up to `amount` from counter `key` of `store` (a shared dict or a counter store; ctr
--- when nil) without leaving it negative; returns what was taken. Works under concurrency: an
+--- Take up to `amount` from counter `key` of shared dict `store` (the ratelimit dict when nil)
+-- without leaving it negative; returns what was taken. Works under concurrency: an
 -- overdraw is given back by the operation that caused it.
 function _M.take(key, amount, store)
     if amount <= 0 then
         return 0
     end
-    store = store or ctr
+    store = store or dict
     local v = store:incr(key, -amount, 0)
     if not v then
         return 0
@@ -137,14 +131,14 @@ function _M.take(key, amount, store)
     return amount - back
 end
 
---- Take exactly `amount` from counter `key` of ctr, or nothing.
+--- Take exactly `amount` from counter `key` of the ratelimit dict, or nothing.
 function _M.take_all_or_nothing(key, amount)
-    local v = ctr:incr(key, -amount, 0)
+    local v = dict:incr(key, -amount, 0)
     if v and v >= 0 then
         return true, v
     end
     if v then
-        ctr:incr(key, amount)
+        dict:incr(key, amount)
     end
     return false
 end

@@ -180,6 +180,9 @@ func (cp *ControlPlane) Health() map[string]any {
 // Output is what the process wrote to stdout and stderr so far.
 func (cp *ControlPlane) Output() string { return cp.out.String() }
 
+// Stop stops the control plane (SIGTERM) and waits for it to exit.
+func (cp *ControlPlane) Stop() { cp.stop() }
+
 func (cp *ControlPlane) stop() {
 	if cp.cmd == nil {
 		return

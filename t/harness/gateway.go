@@ -385,6 +385,25 @@ func (g *Gateway) T(path string, v any) {
 	}
 }
 
+// SettleMetrics waits until every worker has finished two flushes of its metrics since the
+// call: what any worker counted before the call is then in /metrics, so a counter that must
+// not have moved can be read (a read right away may miss another worker's part).
+func (g *Gateway) SettleMetrics() {
+	g.t.Helper()
+	var start []int64
+	g.T("flushes", &start)
+	Eventually(g.t, 10*time.Second, "every worker flushed its metrics twice", func() bool {
+		var now []int64
+		g.T("flushes", &now)
+		for i := range start {
+			if i >= len(now) || now[i] < start[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // Lease is the local state of one app on a node (from /_t/state).
 type Lease struct {
 	Tokens        int64   `json:"tokens"`

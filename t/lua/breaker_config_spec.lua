@@ -1,5 +1,6 @@
 -- Breaker config checks (contract §3) of the gateway.
-package.path = "lua/?.lua;" .. package.path
+package.path = "lua/?.lua;./?.lua;" .. package.path
+local corpus = require("t.lua.corpus")
 local bc = require("tollgate.breaker.config")
 
 describe("breaker_config.parse", function()
@@ -19,24 +20,22 @@ describe("breaker_config.parse", function()
         assert.are.same({ 503 }, c.failure_statuses)
     end)
 
-    it("rejects damaged configs, naming the field", function()
-        local bad = {
-            { { name = "other" }, "name" },
-            { { per_app = "yes" }, "per_app" },
-            { { window_ms = 50 }, "window_ms" },
-            { { window_ms = 1000.5 }, "window_ms" },
-            { { min_requests = 0 }, "min_requests" },
-            { { failure_ratio = 0 }, "failure_ratio" },
-            { { failure_ratio = 1.5 }, "failure_ratio" },
-            { { success_threshold = "3" }, "success_threshold" },
-            { { failure_statuses = { 99 } }, "failure_statuses" },
-            { { failure_statuses = "500" }, "failure_statuses" },
-        }
-        for _, case in ipairs(bad) do
-            local c, err = bc.parse("b", case[1])
-            assert.is_nil(c)
-            assert.truthy(err:find(case[2], 1, true), err)
-        end
-        assert.is_nil((bc.parse("b", "not a table")))
+    -- the conformance corpus the API and the console run too (testdata/README.md)
+    for _, c in ipairs(corpus.load("breakers/valid.json")) do
+        it("accepts the corpus config: " .. c.name, function()
+            local b, field, reason = bc.parse(c.breaker, c.config)
+            assert.is_table(b, tostring(field) .. " " .. tostring(reason))
+        end)
+    end
+    for _, c in ipairs(corpus.load("breakers/invalid.json")) do
+        it("refuses the corpus config: " .. c.name, function()
+            local b, field, reason = bc.parse(c.breaker, c.config)
+            assert.is_nil(b)
+            assert.are.same({ c.field, c.reason }, { field, reason })
+        end)
+    end
+
+    it("refuses an entry that is no object", function()
+        assert.are.same({ nil, "json", "invalid_json" }, { bc.parse("b", "not a table") })
     end)
 end)

@@ -10,7 +10,6 @@ _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
 ngx.shared = ngx.shared or {}
 ngx.shared.ratelimit = fake
 package.loaded["tollgate.shm"] = nil
-package.loaded["tollgate.counters"] = nil     -- a fresh one: no area, the fake dict
 local shm = require("tollgate.shm")
 
 local k = { pending = "p", pending_cost = "pc", pending_count = "pn" }

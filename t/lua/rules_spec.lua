@@ -1,8 +1,9 @@
 -- Pure logic of the rules: CIDR and client IP, path globs, rule validation, and the window
 -- math of the node algorithms on an in-memory dict with a fake clock.
-package.path = "lua/?.lua;" .. package.path
+package.path = "lua/?.lua;./?.lua;" .. package.path
 local ipmatch = require("tollgate.request.ipmatch")
 local cjson = require("cjson.safe")
+local corpus = require("t.lua.corpus")
 
 -- the modules below only read ngx.* when called in nginx; keys needs nothing
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
@@ -152,30 +153,33 @@ describe("rules_parse", function()
         assert.is_true(r.app_ids["demo-p1"])
     end)
 
-    it("names the first bad field", function()
+    -- the conformance corpus the API and the console run too (testdata/README.md)
+    for _, c in ipairs(corpus.load("rules/valid.json")) do
+        it("accepts the corpus rule: " .. c.name, function()
+            local r, field, reason = parse.parse(c.rule.id, corpus.encode(c.rule))
+            assert.is_table(r, tostring(field) .. " " .. tostring(reason))
+        end)
+    end
+    for _, c in ipairs(corpus.load("rules/invalid.json")) do
+        it("refuses the corpus rule: " .. c.name, function()
+            local r, field, reason = parse.parse(c.rule.id, corpus.encode(c.rule))
+            assert.is_nil(r)
+            assert.are.same({ c.field, c.reason }, { field, reason })
+        end)
+    end
+
+    it("refuses what only a stored entry can get wrong", function()
         local cases = {
-            { { id = "other" }, "id" }, { { scope = "planet" }, "scope" },
-            { { user_key = "cookie:x" }, "user_key" }, { { algorithm = "leaky" }, "algorithm" },
-            { { limit = 0 }, "limit" }, { { limit = 1.5 }, "limit" },
-            { { window_seconds = 86401 }, "window_seconds" }, { { burst = 0 }, "burst" },
-            { { algorithm = "fixed_window", burst = 5 }, "burst" }, { { unit = "bytes" }, "unit" },
-            { { distribution = "cluster" }, "distribution" }, { { enabled = "yes" }, "enabled" },
-            { { effective_from = "tomorrow" }, "effective_from" },
-            { { action = "drop" }, "action" },
-            { { throttle_max_delay_ms = 5001 }, "throttle_max_delay_ms" },
-            { { match = { cidrs = { "10.0.0.0/40" } } }, "match.cidrs" },
-            { { match = { app_ids = { "a b" } } }, "match.app_ids" },
-            { { match = { methods = { "get" } } }, "match.methods" },
-            { { match = { path = "no-slash" } }, "match.path" },
-            { { match = { colour = "red" } }, "match.colour" },
-            { { match = { headers = { ["X-A"] = 1 } } }, "match.headers" },
+            { "r1", with({ id = "other" }), "id", "id_mismatch" },
+            { "r1", with({ match = { colour = "red" } }), "match.colour", "unknown_field" },
+            { "r1", "{not json", "json", "invalid_json" },
+            { "r1", "[1, 2]", "json", "invalid_json" },
         }
         for _, c in ipairs(cases) do
-            local r, field = parse.parse("r1", with(c[1]))
+            local r, field, reason = parse.parse(c[1], c[2])
             assert.is_nil(r)
-            assert.are.equal(c[2], field)
+            assert.are.same({ c[3], c[4] }, { field, reason })
         end
-        assert.is_nil(parse.parse("r1", "{not json"))
     end)
 end)
 

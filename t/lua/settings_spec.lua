@@ -41,13 +41,13 @@ describe("settings", function()
     end
 
     it("names every bad setting at once, not only the first", function()
-        local _, errs = settings.load({ events_per_sec = 1.5, shared_counters = "yes" }, env({
+        local _, errs = settings.load({ events_per_sec = 1.5, jit_tune = "yes" }, env({
             TOLLGATE_NODE_ID = "a b", TOLLGATE_REDIS_TIMEOUT_MS = "101",
             TOLLGATE_TRUSTED_PROXIES = "10.0.0.0/8,nonsense", TOLLGATE_CONN_CLEANUP_BATCH = "0",
             TOLLGATE_LIMITER_MODE = "fast" }))
         local want = { "TOLLGATE_NODE_ID='a b'", "TOLLGATE_LIMITER_MODE='fast'",
             "TOLLGATE_REDIS_TIMEOUT_MS='101' must be > 0 and <= 100",
-            "shared_counters (TOLLGATE_SHARED_COUNTERS)='yes' must be one of on, off",
+            "jit_tune (TOLLGATE_JIT_TUNE)='yes' must be one of on, off",
             "events_per_sec (TOLLGATE_EVENTS_PER_SEC)='1.5' must be an integer",
             "TOLLGATE_TRUSTED_PROXIES='10.0.0.0/8,nonsense' must be comma-separated CIDRs",
             "TOLLGATE_CONN_CLEANUP_BATCH='0' must be >= 1" }
@@ -63,10 +63,9 @@ describe("settings", function()
         assert.matches("events_per_sec (TOLLGATE_EVENTS_PER_SEC)='1.5'", err, 1, true)
     end)
 
-    it("keeps counters in the shared dicts unless told 'on'", function()
-        assert.equals("off", config.settings({ node_id = "n1" }).shared_counters)
-        assert.equals("on", config.settings({ node_id = "n1", shared_counters = "on" })
-            .shared_counters)
+    it("tunes the JIT unless told 'off'", function()
+        assert.equals("on", config.settings({ node_id = "n1" }).jit_tune)
+        assert.equals("off", config.settings({ node_id = "n1", jit_tune = "off" }).jit_tune)
     end)
 
     it("documents every entry", function()

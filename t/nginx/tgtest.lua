@@ -7,7 +7,6 @@ local s3 = require("tollgate.s3")
 local handler = require("tollgate.handler")
 
 local dict = shm.dict
-local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local _M = {}
 
 local function reply(t)
@@ -33,7 +32,7 @@ function actions.state()
     local k = shm.keys(id)
     local pc, pn = shm.peek_pending(k)
     reply({
-        tokens = ctr:get(k.tokens) or 0,
+        tokens = dict:get(k.tokens) or 0,
         pending_cost = pc,
         pending_count = pn,
         debt = dict:get(k.debt) or 0,
@@ -45,27 +44,12 @@ function actions.state()
     })
 end
 
--- where the hot path's counters of an app live: the shared area (shared = true), and which of
--- them have a key in their shared dict (none should while the area exists)
-function actions.counters()
-    local id = ngx.var.arg_app
-    local k = shm.keys(id)
-    local a = config.app(id)
-    reply({
-        shared = require("tollgate.counters").shared(),
-        tokens_in_dict = dict:get(k.tokens) ~= nil,
-        pending_in_dict = dict:get(k.pending) ~= nil,
-        inflight_in_dict = ngx.shared.connlimit_dict:get("ca:" .. id) ~= nil,
-        cluster_inflight_in_dict = a and ngx.shared.connlimit_dict:get("cc:" .. a.cluster) ~= nil,
-    })
-end
-
 -- set the lease of an app and clear its local accounting
 function actions.set()
     local a = app_arg()
     local k = shm.keys(a.id)
-    ctr:set(k.tokens, tonumber(ngx.var.arg_tokens) or 0)
-    ctr:set(k.pending, 0)
+    dict:set(k.tokens, tonumber(ngx.var.arg_tokens) or 0)
+    dict:set(k.pending, 0)
     dict:set(k.pending_cost, 0)
     dict:set(k.pending_count, 0)
     dict:set(k.debt, 0)
@@ -108,6 +92,11 @@ function actions.cost()
                                            tonumber(args.c_bw) or 1) })
 end
 
+-- flushes of the metrics each worker has finished
+function actions.flushes()
+    reply(require("tollgate.metrics").flushes())
+end
+
 function actions.settings()
     reply(handler.settings())
 end
@@ -115,6 +104,7 @@ end
 -- Connection limiter ------------------------------------------------------------------------
 local connlimit = require("tollgate.conn.limiter")
 local conntrack = require("tollgate.conn.track")
+local conncleanup = require("tollgate.conn.cleanup")
 local cdict = ngx.shared.connlimit_dict
 
 -- app and cluster of ?app= (its config's cluster) or ?app=&cluster= (any valid ids)
@@ -216,23 +206,24 @@ function actions.bump()
 end
 
 function actions.conn_workers()
-    reply(conntrack.workers())
+    reply(conncleanup.workers())
 end
 
--- The records of generation ?gen=: its slots' records (in the area or as t:<g>:<n> dict keys)
--- by value, FREE (released) or held; whether its wt:/wp: keys exist; whether it has a region
--- of the area; and how many t: / ti: dict keys it has.
+-- The records of generation ?gen=: its slots' records (t:<g>:<n>) by value, FREE (released)
+-- or held; whether its wt:/wp: keys exist; and how many t: / ts: / ti: dict keys it has.
 function actions.conn_keys()
     local g = tonumber(ngx.var.arg_gen)
-    local held, free = conntrack.slots(g, cdict:get("wt:" .. g))
-    local tkeys, prefix, iprefix = 0, "t:" .. g .. ":", "ti:" .. g .. ":"
+    local held, free = conncleanup.slots(g, cdict:get("wt:" .. g))
+    local tkeys = 0
     for _, k in ipairs(cdict:get_keys(0)) do
-        if k:sub(1, #prefix) == prefix or k:sub(1, #iprefix) == iprefix then
-            tkeys = tkeys + 1
+        for _, p in ipairs({ "t:", "ts:", "ti:" }) do
+            if k:sub(1, #p + #tostring(g) + 1) == p .. g .. ":" then
+                tkeys = tkeys + 1
+            end
         end
     end
     reply({ free = free, held = held, wt = cdict:get("wt:" .. g) ~= nil,
-            wp = cdict:get("wp:" .. g) ~= nil, region = conntrack.region_of(g) ~= nil,
+            wp = cdict:get("wp:" .. g) ~= nil,
             dict_keys = tkeys })
 end
 

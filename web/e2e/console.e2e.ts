@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openBrowser, screenshot, type Browser } from './browser.ts'
 import { AppDetailPage, AppFormPage, AppsPage, DashboardPage, EmergencyPage, LoginPage, Shell } from './pages/pages.ts'
-import { byTest, parseNumber, until } from './pages/ui.ts'
+import { byTest, choose, parseNumber, until } from './pages/ui.ts'
 import { ADMIN, Api, redisCli, startStack, traffic, type Stack } from './stack.ts'
 
 const APP = 'e2e-photos'
@@ -47,6 +47,10 @@ describe('admin console on a real stack', () => {
     await dash.goto()
     const shell = new Shell(page)
     expect(await shell.role()).toBe('admin')
+    // the footer names the control plane's build (make build links scripts/version.sh's version)
+    const health = await (await fetch(`${stack.base}/health`)).json() as { version?: string }
+    expect(health.version).toMatch(/^[A-Za-z0-9._+-]+$/)
+    await until(async () => (await shell.buildVersion()) === `tollgate ${health.version}`, 'the footer to show the version')
     await until(async () => (await shell.liveStatus())?.trim() === 'live', 'the WebSocket to connect')
     expect(await dash.card('l1')).toMatch(/%$/)
 
@@ -250,6 +254,15 @@ describe('admin console on a real stack', () => {
     await byTest(page, 'audit-table').locator('.el-table__row').first().waitFor()
     expect(await byTest(page, 'audit-table').textContent()).toMatch(/app\.create|app\.update|emergency/)
     await screenshot(page, '17-settings-audit')
+    // a request refused before sign-in lands in the anonymous stream, shown by the stream select
+    expect(await page.evaluate(async () => (await fetch('/api/v1/apps')).status)).toBe(401)
+    await until(async () => {
+      await choose(page, 'audit-stream', 'refused before sign-in')
+      await page.getByRole('button', { name: 'Filter' }).click()
+      await byTest(page, 'audit-table').locator('.el-table__row').first().waitFor({ timeout: 2000 }).catch(() => {})
+      return (await byTest(page, 'audit-table').textContent())?.includes('_anonymous')
+    }, 'the anonymous refusal in the audit panel')
+    await choose(page, 'audit-stream', 'signed-in users')
     await page.getByRole('tab', { name: 'Gateways' }).click()
     await byTest(page, 'nodes-table').locator('.el-table__row').first().waitFor()
     expect(await byTest(page, 'nodes-table').textContent()).toContain('gw-e2e')

@@ -17,22 +17,25 @@ import (
 	"tollgate/internal/store"
 )
 
+// EnvAdminPasswordFile names a file that receives the first admin's generated password instead
+// of stderr (which a supervisor usually appends to a log): created 0600 before the user is, so
+// that a file that cannot be written stops the start before a password nobody sees exists.
+// scripts/stack.sh prints it on the terminal and deletes it.
+const EnvAdminPasswordFile = "TOLLGATE_ADMIN_PASSWORD_FILE" // file for the first admin's generated password, created 0600 (none: stderr; a writable path)
+
 // startAdmin starts the admin API (controlplane/internal/admin); a first admin password it
-// generates is printed on stderr or written to $TOLLGATE_ADMIN_PASSWORD_FILE instead (stderr
-// usually goes to a supervisor's log): the file is created 0600 before the user is, so that a
-// file that cannot be written stops the start before a password nobody sees exists
-// (scripts/stack.sh prints it on the terminal and deletes it). The returned function stops it
-// and flushes the audit buffer.
+// generates is printed on stderr or written to $TOLLGATE_ADMIN_PASSWORD_FILE. The returned
+// function stops it and flushes the audit buffer.
 func startAdmin(ctx context.Context, log *slog.Logger, cfg config.Config, rdb redis.UniversalClient,
 	set *scripts.Set, st *store.Store, g *durable.Guard, b *durable.Backups) (http.Handler, func(), error) {
 	banner := io.Writer(os.Stderr)
-	if path := os.Getenv(config.EnvAdminPwFile); path != "" {
+	if path := os.Getenv(EnvAdminPasswordFile); path != "" {
 		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-			return nil, nil, fmt.Errorf("%s: %w", config.EnvAdminPwFile, err)
+			return nil, nil, fmt.Errorf("%s: %w", EnvAdminPasswordFile, err)
 		}
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", config.EnvAdminPwFile, err)
+			return nil, nil, fmt.Errorf("%s: %w", EnvAdminPasswordFile, err)
 		}
 		defer func() {
 			info, _ := f.Stat()

@@ -22,6 +22,7 @@ import (
 )
 
 const cliUsage = `usage: tollgate-controlplane                 run the control plane
+       tollgate-controlplane --version
        tollgate-controlplane export [-format json|yaml] [-secrets] [-o FILE]
        tollgate-controlplane diff FILE            what import FILE would change
        tollgate-controlplane import [-apply] FILE  dry run (the diff) unless -apply
@@ -30,9 +31,11 @@ const cliUsage = `usage: tollgate-controlplane                 run the control p
                                                   TOLLGATE_CONFIG_BACKUP_DIR) back into an
                                                   empty or lost store; dry run unless -apply
        tollgate-controlplane backups              list the snapshots, newest first
-The Redis and the backup directory come from the same environment as the server
-(TOLLGATE_REDIS_URL, TOLLGATE_CONFIG_BACKUP_DIR, ...). Exit status: 0 done, 1 error,
-2 bad cliUsage, 3 a dry run or diff that found changes or violations.
+       tollgate-controlplane --version            print the version
+Settings are TOLLGATE_* environment variables (docs/settings.md): the Redis and the backup
+directory come from the same environment as the server (TOLLGATE_REDIS_URL,
+TOLLGATE_CONFIG_BACKUP_DIR, ...). Exit status: 0 done, 1 error,
+2 bad usage, 3 a dry run or diff that found changes or violations.
 `
 
 // command runs a subcommand and returns the exit status.
@@ -92,7 +95,7 @@ func command(log *slog.Logger, name string, args []string) int {
 		return 1
 	}
 	st := store.New(rdb, set)
-	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster,
+	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster, RedisID: cfg.Redis().String(),
 		Backups: backups, Wait: cfg.Durable.Wait, WaitTime: cfg.Durable.WaitTimeout, Logger: quiet,
 		MaxGateway: durable.MaxGatewayVersion(rdb)})
 	if err := g.Init(ctx); err != nil {

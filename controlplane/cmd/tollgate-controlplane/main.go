@@ -30,18 +30,12 @@ import (
 const shutdownTimeout = 10 * time.Second
 
 func main() {
-	if len(os.Args) > 1 {
-		// the only argument: --version (settings come from the environment)
-		if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
-			fmt.Println(version.String("tollgate-controlplane"))
-			return
-		}
-		fmt.Fprintf(os.Stderr, "usage: tollgate-controlplane [--version]\n"+
-			"(settings are TOLLGATE_* environment variables, see docs/deploy.md)\n")
-		os.Exit(2)
+	if len(os.Args) == 2 && (os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println(version.String("tollgate-controlplane"))
+		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if len(os.Args) > 1 {
+	if len(os.Args) > 1 { // settings come from the environment; arguments name a subcommand
 		os.Exit(command(log, os.Args[1], os.Args[2:])) // export, import, diff, restore, backups (cli.go)
 	}
 	if err := run(log); err != nil {
@@ -107,7 +101,7 @@ func run(log *slog.Logger) error {
 func startGuard(ctx context.Context, log *slog.Logger, cfg config.Config, rdb redis.UniversalClient,
 	st *store.Store) (*durable.Guard, *durable.Backups, error) {
 	backups := &durable.Backups{Dir: cfg.Durable.BackupDir, Keep: cfg.Durable.BackupKeep}
-	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster,
+	g := durable.New(durable.Options{Redis: rdb, Store: st, Cluster: cfg.Redis().Kind == redisconn.Cluster, RedisID: cfg.Redis().String(),
 		Backups: backups, Wait: cfg.Durable.Wait, WaitTime: cfg.Durable.WaitTimeout, Check: cfg.Durable.StoreCheck,
 		Logger: log, MaxGateway: durable.MaxGatewayVersion(rdb)})
 	if err := g.Init(ctx); err != nil {

@@ -70,6 +70,7 @@ func (s *server) login(c *gin.Context) {
 		hash = u.PasswordHash
 	}
 	if !s.opts.Hasher.Check(hash, in.Password) {
+		_ = s.opts.Throttle.Failed(ctx, in.Username, c.ClientIP())
 		s.auditAuth(ctx, actor, "auth.login", audit.Denied, "invalid_credentials")
 		s.fail(c, errBadCredentials())
 		return
@@ -167,6 +168,7 @@ func (s *server) changePassword(c *gin.Context) {
 		return
 	}
 	if !s.opts.Hasher.Check(u.PasswordHash, in.CurrentPassword) {
+		_ = s.opts.Throttle.Failed(ctx, p.User, c.ClientIP())
 		s.auditAuth(ctx, p.User, "auth.password", audit.Denied, "invalid_credentials")
 		s.fail(c, errBadRequest("invalid_current_password", "the current password is wrong"))
 		return

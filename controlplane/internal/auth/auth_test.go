@@ -179,3 +179,33 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// The wait after a failed login runs from the failure, not from the start of the attempt (the
+// password check takes time: bcrypt at cost 12 on a busy host can take a second).
+func TestLoginWaitRunsFromTheFailure(t *testing.T) {
+	rdb := testutil.StartRedis(t).Client()
+	ctx := context.Background()
+	th := NewThrottle(rdb, 1, 100, time.Minute)
+	if err := th.Begin(ctx, "alice", "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	pk, _ := th.keys("alice", "192.0.2.1")
+	begun, _ := rdb.HGet(ctx, pk, "until").Int64()
+	start, _ := rdb.Time(ctx).Result()
+	testutil.Eventually(t, 5*time.Second, func() bool { // the password check takes 300 ms
+		now, _ := rdb.Time(ctx).Result()
+		return now.Sub(start) >= 300*time.Millisecond
+	}, "300 ms of Redis time")
+	if err := th.Failed(ctx, "alice", "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	failed, _ := rdb.HGet(ctx, pk, "until").Int64()
+	if failed-begun < 300 {
+		t.Fatalf("wait ends %d ms after the attempt began, %d after it failed: want it to run from the failure",
+			begun-start.UnixMilli(), failed-start.UnixMilli())
+	}
+	var te *ThrottledError
+	if err := th.Begin(ctx, "alice", "192.0.2.1"); !errors.As(err, &te) || te.RetryAfter < 600*time.Millisecond {
+		t.Fatalf("next attempt: %v, want a wait of about 1 s", err)
+	}
+}

@@ -46,24 +46,46 @@ func NewThrottle(rdb redis.Cmdable, maxUser, maxIP int, window time.Duration) *T
 	return &Throttle{rdb: rdb, maxUser: int64(maxUser), maxIP: int64(maxIP), window: window}
 }
 
+// throttleLua is what both scripts share: Redis' clock in ms and the wait after the n-th
+// attempt (none up to free-1, then base, 2*base, 4*base, ... up to the window).
+const throttleLua = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local free, base, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local function wait_after(n)
+  return math.floor(math.min(base * 2 ^ math.min(n - free, 40), window))
+end
+`
+
 // pairScript counts an attempt of one (account, client) unless it must still wait; past the
 // free attempts it sets when the next may come. One key (a hash: n attempts, until ms), so it
 // is atomic and works on a Redis Cluster. Returns the wait left in ms, 0 when counted.
-var pairScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+var pairScript = redis.NewScript(throttleLua + `
+local now = now_ms()
 local wait = tonumber(redis.call('HGET', KEYS[1], 'until') or '0') - now
 if wait > 0 then return wait end
-local free, base, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
 local ttl = window
 if n >= free then
-  local delay = math.floor(math.min(base * 2 ^ math.min(n - free, 40), window))
-  redis.call('HSET', KEYS[1], 'until', now + delay)
-  ttl = math.max(window, delay)
+  local d = wait_after(n)
+  redis.call('HSET', KEYS[1], 'until', now + d)
+  ttl = math.max(window, d)
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 0
+`)
+
+// failScript stamps the wait after a failed attempt from the moment it failed (the password
+// check takes time), the same wait pairScript set when the attempt began.
+var failScript = redis.NewScript(throttleLua + `
+local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')
+if n < free then return 0 end
+local d = wait_after(n)
+redis.call('HSET', KEYS[1], 'until', now_ms() + d)
+redis.call('PEXPIRE', KEYS[1], math.max(window, d))
+return d
 `)
 
 // Begin counts an attempt of user from the client at ip; a *ThrottledError when the client
@@ -95,8 +117,24 @@ func (t *Throttle) Begin(ctx context.Context, user, ip string) error {
 	if err != nil {
 		return fmt.Errorf("auth: login throttle: %w", err)
 	}
-	if wait > 0 {
+	if wait > 0 { // refused without a password check: not a failure of the client
+		_ = t.rdb.Decr(ctx, ik).Err()
 		return &ThrottledError{RetryAfter: time.Duration(wait) * time.Millisecond}
+	}
+	return nil
+}
+
+// Failed says that the attempt Begin let through had the wrong password: the client's wait
+// for this account runs from now.
+func (t *Throttle) Failed(ctx context.Context, user, ip string) error {
+	pk, _ := t.keys(user, ip)
+	if pk == "" {
+		return nil
+	}
+	err := failScript.Run(ctx, t.rdb, []string{pk}, t.maxUser, FirstBackoff.Milliseconds(),
+		t.window.Milliseconds()).Err()
+	if err != nil {
+		return fmt.Errorf("auth: login throttle: %w", err)
 	}
 	return nil
 }

@@ -24,15 +24,15 @@ const (
 	EnvMetricsToken  = "TOLLGATE_METRICS_TOKEN"      // static bearer token for /metrics scrapes (none; at least 32 bytes)
 	EnvAPIRate       = "TOLLGATE_API_RATE"           // API requests per second per user (20; 0.1 to 1e6)
 	EnvAPIBurst      = "TOLLGATE_API_BURST"          // API burst per user (40; 1 to 1000000)
-	EnvAuditMaxLen   = "TOLLGATE_AUDIT_MAXLEN"       // audit stream retention in entries (100000; 1000 to 100000000)
+	EnvAuditMaxLen   = "TOLLGATE_AUDIT_MAXLEN"       // retention of the audit stream of authenticated actions, in entries (100000; 1000 to 100000000)
 	EnvLiveInterval  = "TOLLGATE_LIVE_INTERVAL"      // cluster view refresh and WebSocket push (5s; 100ms to 5s)
 	EnvLoginMaxUser  = "TOLLGATE_LOGIN_MAX_USER"     // failed logins per account and client before the backoff (5; 1 to 1000)
-	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"       // failed logins per client address per window (20; 1 to 100000)
+	EnvLoginMaxIP    = "TOLLGATE_LOGIN_MAX_IP"       // failed logins per client (IPv4 address or IPv6 /64) per window (20; 1 to 100000)
 	EnvLoginWindow   = "TOLLGATE_LOGIN_WINDOW"       // login count window and longest backoff (15m; 1s to 24h)
-	EnvAnonRate      = "TOLLGATE_API_ANON_RATE"      // refused unauthenticated requests per client per second (1)
-	EnvAnonBurst     = "TOLLGATE_API_ANON_BURST"     // burst of refused unauthenticated requests per client (100)
-	EnvAuditAnonMax  = "TOLLGATE_AUDIT_ANON_MAXLEN"  // anonymous audit stream retention in entries (10000)
-	EnvTrustedProxy  = "TOLLGATE_CP_TRUSTED_PROXIES" // comma list of proxy CIDRs whose X-Forwarded-For is believed (none)
+	EnvAnonRate      = "TOLLGATE_API_ANON_RATE"      // refused unauthenticated requests per client per second, then 429 client_rate_limited (1; 0.001 to 1e6)
+	EnvAnonBurst     = "TOLLGATE_API_ANON_BURST"     // burst of refused unauthenticated requests per client (100; 1 to 1000000)
+	EnvAuditAnonMax  = "TOLLGATE_AUDIT_ANON_MAXLEN"  // retention of the audit stream of requests refused before authentication, in entries (10000; 100 to 100000000)
+	EnvTrustedProxy  = "TOLLGATE_CP_TRUSTED_PROXIES" // comma-separated proxy addresses or CIDRs whose X-Forwarded-For names the client (none; like 10.0.0.0/8)
 	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL"     // Prometheus answering the console's history (none; an http:// or https:// URL)
 
 	// alert thresholds (README "Alerts")
@@ -41,10 +41,6 @@ const (
 	EnvAlertSpikeBaseline   = "TOLLGATE_ALERT_SPIKE_BASELINE"    // alert traffic_spike: the baseline before it (30m; 1s to 24h)
 	EnvAlertSpikeMinHistory = "TOLLGATE_ALERT_SPIKE_MIN_HISTORY" // alert traffic_spike: history needed (10m; 1s to 24h, at most the baseline)
 )
-
-// EnvAdminPwFile names the file (created 0600) that receives a generated first password instead
-// of stderr; controlplane/cmd/tollgate-controlplane reads it.
-const EnvAdminPwFile = "TOLLGATE_ADMIN_PASSWORD_FILE" // file (created 0600) that receives a generated first password instead of stderr (none; a path, make run shows it on the terminal and deletes it)
 
 // Admin configures the admin API.
 type Admin struct {

@@ -21,7 +21,7 @@ import (
 const (
 	EnvAddr     = "TOLLGATE_CP_ADDR"   // HTTP listen address of the API, console and /metrics (127.0.0.1:9090; host:port)
 	EnvRedisURL = "TOLLGATE_REDIS_URL" // Redis: redis://[:password@]host:port[/db], rediss://, redis-sentinel://, redis-cluster:// (redis://127.0.0.1:6390/0)
-	EnvSeedDemo = "TOLLGATE_SEED_DEMO" // seed the demo config into an empty Redis (true; true or false)
+	EnvSeedDemo = "TOLLGATE_SEED_DEMO" // seed the demo config into an empty Redis that was never a config store; make run sets true (false; true or false)
 	EnvTLSCert  = "TOLLGATE_TLS_CERT"  // PEM certificate (chain) file: serve HTTPS (with TOLLGATE_TLS_KEY) (none; a file path)
 	EnvTLSKey   = "TOLLGATE_TLS_KEY"   // PEM private key file of TOLLGATE_TLS_CERT (none; a file path)
 

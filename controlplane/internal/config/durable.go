@@ -11,12 +11,12 @@ import (
 
 // Environment variables of the config store's durability (docs/durability.md).
 const (
-	EnvBackupDir   = "TOLLGATE_CONFIG_BACKUP_DIR"   // snapshots of the config (<run dir>/config-backups)
-	EnvBackupKeep  = "TOLLGATE_CONFIG_BACKUP_KEEP"  // snapshots kept (50)
-	EnvRunDir      = "TOLLGATE_RUN_DIR"             // the run directory (.run)
-	EnvConfigWait  = "TOLLGATE_CONFIG_WAIT"         // WAIT for replicas after config writes: auto, off or a count (auto)
-	EnvWaitTimeout = "TOLLGATE_CONFIG_WAIT_TIMEOUT" // how long a config write waits for them (1s)
-	EnvStoreCheck  = "TOLLGATE_STORE_CHECK"         // how often the store's epoch and version are checked (1s)
+	EnvBackupDir   = "TOLLGATE_CONFIG_BACKUP_DIR"   // directory of the config snapshots written after every change, files 0600 (<TOLLGATE_RUN_DIR>/config-backups; a directory)
+	EnvBackupKeep  = "TOLLGATE_CONFIG_BACKUP_KEEP"  // config snapshots kept, the oldest removed (50; 1 to 100000)
+	EnvRunDir      = "TOLLGATE_RUN_DIR"             // run directory holding the config snapshots by default (.run; a directory)
+	EnvConfigWait  = "TOLLGATE_CONFIG_WAIT"         // config writes WAIT for replicas before answering: auto (1 when the master has any), off, or a count (auto; auto, off, 1 to 100)
+	EnvWaitTimeout = "TOLLGATE_CONFIG_WAIT_TIMEOUT" // how long a config write waits for its replicas; then it answers unconfirmed (1s; 10ms to 1m)
+	EnvStoreCheck  = "TOLLGATE_STORE_CHECK"         // how often the config store's epoch and version are checked (1s; 100ms to 1m)
 )
 
 // Durable configures the config store's durability: snapshots, WAIT, the epoch check.

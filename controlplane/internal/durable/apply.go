@@ -32,7 +32,10 @@ type Writer struct {
 func (w Writer) deleteApp(ctx context.Context, a App) error {
 	c, id := a.ClusterID, a.AppID
 	if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
-		return w.Redis.HDel(ctx, keys.AppsIndex(), id).Err()
+		if err := w.Redis.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
+			return err
+		}
+		return w.Store.RemoveAppIdentity(ctx, id) // its access keys and buckets go with it
 	}); err != nil {
 		return err
 	}
@@ -163,7 +166,11 @@ func (w Writer) apply(ctx context.Context, cur, doc Document) error {
 			return fmt.Errorf("app %s: %w", a.AppID, err)
 		}
 	}
-	// 5. connection limits, rules, breakers, users and the secret: plain hash writes, announced
+	// 5. access keys and buckets: what goes first (a key or bucket may move to another app)
+	if err := w.identity(ctx, cur, doc); err != nil {
+		return err
+	}
+	// 6. connection limits, rules, breakers, users and the secret: plain hash writes, announced
 	// by one version bump at the end
 	_, err := w.Store.Bump(ctx, func(ctx context.Context) error {
 		return w.writeRest(ctx, cur, doc, oldC, old)
@@ -284,4 +291,67 @@ func (w Writer) writeRest(ctx context.Context, cur, doc Document, oldC map[strin
 // IsEmpty reports whether a document holds no config at all.
 func IsEmpty(d Document) bool {
 	return len(d.Clusters) == 0 && len(d.Apps) == 0 && len(d.Rules) == 0 && len(d.Breakers) == 0
+}
+
+// identity makes the apps' access keys and buckets those of doc, through the store's own
+// writes (owner maps and per-app sets).
+func (w Writer) identity(ctx context.Context, cur, doc Document) error {
+	wantKey, wantBucket := map[string]string{}, map[string]string{}
+	for _, a := range doc.Apps {
+		for _, k := range a.AccessKeys {
+			wantKey[k] = a.AppID
+		}
+		for _, b := range a.Buckets {
+			wantBucket[b] = a.AppID
+		}
+	}
+	inDoc := map[string]bool{}
+	for _, a := range doc.Apps {
+		inDoc[a.AppID] = true
+	}
+	for _, a := range cur.Apps {
+		if !inDoc[a.AppID] {
+			continue // removed with the app
+		}
+		for _, k := range a.AccessKeys {
+			if wantKey[k] != a.AppID {
+				if _, err := w.Store.RemoveAccessKey(ctx, a.AppID, k); err != nil {
+					return fmt.Errorf("access key %s: %w", k, err)
+				}
+			}
+		}
+		for _, b := range a.Buckets {
+			if wantBucket[b] == "" {
+				if _, _, err := w.Store.DeleteBucket(ctx, b); err != nil {
+					return fmt.Errorf("bucket %s: %w", b, err)
+				}
+			}
+		}
+	}
+	had := map[string]bool{}
+	for _, a := range cur.Apps {
+		for _, k := range a.AccessKeys {
+			had["k "+a.AppID+" "+k] = true
+		}
+		for _, b := range a.Buckets {
+			had["b "+a.AppID+" "+b] = true
+		}
+	}
+	for _, a := range doc.Apps {
+		for _, k := range a.AccessKeys {
+			if !had["k "+a.AppID+" "+k] {
+				if _, _, err := w.Store.AddAccessKey(ctx, a.AppID, k); err != nil {
+					return fmt.Errorf("access key %s: %w", k, err)
+				}
+			}
+		}
+		for _, b := range a.Buckets {
+			if !had["b "+a.AppID+" "+b] {
+				if _, _, err := w.Store.PutBucket(ctx, b, a.AppID); err != nil {
+					return fmt.Errorf("bucket %s: %w", b, err)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 type Snapshot struct {
 	Epoch   string   `json:"epoch"`
 	Version int64    `json:"version"`
+	Redis   string   `json:"redis,omitempty"` // the store it was taken of (TOLLGATE_REDIS_URL, no password)
 	TakenAt string   `json:"taken_at"`
 	Config  Document `json:"config"`
 }
@@ -105,6 +106,7 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 	var raw struct {
 		Epoch   string          `json:"epoch"`
 		Version int64           `json:"version"`
+		Redis   string          `json:"redis"`
 		TakenAt string          `json:"taken_at"`
 		Config  json.RawMessage `json:"config"`
 	}
@@ -115,7 +117,7 @@ func ParseSnapshot(data []byte) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Epoch: raw.Epoch, Version: raw.Version, TakenAt: raw.TakenAt, Config: doc}, nil
+	return &Snapshot{Epoch: raw.Epoch, Version: raw.Version, Redis: raw.Redis, TakenAt: raw.TakenAt, Config: doc}, nil
 }
 
 // Latest returns the newest snapshot and its name (nil when there is none).

@@ -57,10 +57,13 @@ type ClusterConn struct {
 	ReservedRatio  float64 `json:"reserved_ratio"`
 }
 
-// App is an app (L2) with its connection limits (nil: the gateway defaults).
+// App is an app (L2) with its connection limits (nil: the gateway defaults), its S3 access key
+// ids and the buckets mapped to it (ratelimit:access_keys, ratelimit:buckets).
 type App struct {
 	store.App
 	Connections *validate.ConnLimits `json:"connections,omitempty"`
+	AccessKeys  []string             `json:"access_keys,omitempty"`
+	Buckets     []string             `json:"buckets,omitempty"`
 }
 
 // Reader reads the config out of Redis.
@@ -116,6 +119,18 @@ func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) 
 				b = m
 			}
 			app.Connections = &validate.ConnLimits{MaxConnections: m, BurstConnections: b}
+		}
+		if app.AccessKeys, err = r.Store.AccessKeys(ctx, a.AppID); err != nil {
+			return d, err
+		}
+		if app.Buckets, err = r.Store.AppBuckets(ctx, a.AppID); err != nil {
+			return d, err
+		}
+		if len(app.AccessKeys) == 0 {
+			app.AccessKeys = nil
+		}
+		if len(app.Buckets) == 0 {
+			app.Buckets = nil
 		}
 		d.Apps = append(d.Apps, app)
 	}
@@ -297,6 +312,7 @@ func Check(d Document) []validate.Violation {
 	}
 	apps := map[string]bool{}
 	guaranteed := map[string]int64{}
+	keyOwner, bucketOwner := map[string]string{}, map[string]string{}
 	for i, a := range d.Apps {
 		f := fmt.Sprintf("apps[%d]", i)
 		if !keys.ValidID(a.AppID) {
@@ -331,6 +347,24 @@ func Check(d Document) []validate.Violation {
 			add(f+".connections", "invalid_connections", "max_connections must be positive and burst_connections at least it")
 		}
 		guaranteed[a.ClusterID] += a.GuaranteedQuota
+		for j, k := range a.AccessKeys {
+			switch {
+			case !store.ValidAccessKey(k):
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "invalid_access_key", "not an access key id")
+			case keyOwner[k] != "":
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "duplicate", "access key %s listed for %s and %s", k, keyOwner[k], a.AppID)
+			}
+			keyOwner[k] = a.AppID
+		}
+		for j, b := range a.Buckets {
+			switch {
+			case !store.ValidBucket(b):
+				add(fmt.Sprintf("%s.buckets[%d]", f, j), "invalid_bucket", "not a valid S3 bucket name")
+			case bucketOwner[b] != "":
+				add(fmt.Sprintf("%s.buckets[%d]", f, j), "duplicate", "bucket %s listed for %s and %s", b, bucketOwner[b], a.AppID)
+			}
+			bucketOwner[b] = a.AppID
+		}
 	}
 	for id, g := range guaranteed {
 		c, ok := clusters[id]

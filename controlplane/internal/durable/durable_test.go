@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"tollgate/controlplane/internal/validate"
+	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 	"tollgate/internal/testutil"
 )
@@ -122,5 +123,32 @@ func TestProbeReadsPersistence(t *testing.T) {
 	managed := testutil.StartRedisArgs(t, "--rename-command", "CONFIG", "")
 	if p := Probe(context.Background(), managed.Client()); p.Persists != "unknown" {
 		t.Fatalf("CONFIG forbidden: %+v", p)
+	}
+}
+
+// A snapshot judges only the store it was taken of: an empty Redis is lost for the control
+// plane whose newest snapshot names it, new for one whose snapshot is of another Redis.
+func TestInitJudgesOnlyTheSnapshotsRedis(t *testing.T) {
+	r := testutil.StartRedis(t)
+	set, err := scripts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(r.Client(), set)
+	b := &Backups{Dir: t.TempDir(), Keep: 5}
+	if _, err := b.Write(Snapshot{Epoch: "e1", Version: 7, Redis: "redis://this:1/0", Config: sample()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   string
+		lost bool
+	}{{"redis://this:1/0", true}, {"redis://other:2/0", false}} {
+		g := New(Options{Redis: r.Client(), Store: st, Backups: b, RedisID: c.id})
+		if err := g.Init(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st := g.Status(); g.Lost() != c.lost || (c.lost && st.Reason != ReasonEpochMissing) {
+			t.Fatalf("%s: status %+v, want lost=%v", c.id, st, c.lost)
+		}
 	}
 }

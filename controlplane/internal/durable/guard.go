@@ -32,7 +32,8 @@ const WaitAuto = -1
 type Options struct {
 	Redis      redis.UniversalClient
 	Store      *store.Store
-	Cluster    bool // Redis Cluster: WAIT is not used (it would reach one node only)
+	Cluster    bool   // Redis Cluster: WAIT is not used (it would reach one node only)
+	RedisID    string // names the store in snapshots (TOLLGATE_REDIS_URL without password); a snapshot of another store does not judge this one
 	Backups    *Backups
 	Wait       int // WaitAuto, 0 (off) or the number of replicas
 	WaitTime   time.Duration
@@ -110,7 +111,11 @@ func (g *Guard) Init(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if s != nil {
+		switch {
+		case s != nil && s.Redis != "" && g.o.RedisID != "" && s.Redis != g.o.RedisID:
+			g.o.Logger.Info("the newest config snapshot is of another Redis: not used to judge this one",
+				"snapshot", name, "of", s.Redis)
+		case s != nil:
 			snap = s
 			g.st.LastBackup = name
 		}
@@ -393,7 +398,8 @@ func (g *Guard) snapshot(ctx context.Context, exp Reader) {
 		if key == g.lastSnap {
 			return
 		}
-		name, err = g.o.Backups.Write(Snapshot{Epoch: epoch, Version: version, TakenAt: time.Now().UTC().Format(time.RFC3339Nano), Config: doc})
+		name, err = g.o.Backups.Write(Snapshot{Epoch: epoch, Version: version, Redis: g.o.RedisID,
+			TakenAt: time.Now().UTC().Format(time.RFC3339Nano), Config: doc})
 		if err == nil {
 			g.lastSnap = key
 		}

@@ -86,7 +86,8 @@ func (c *checker) ruleID(body *string, path string) string {
 	return *body
 }
 
-// match checks every present field of the rule's match, and that scope endpoint selects one.
+// match checks every present field of the rule's match, and that scope endpoint has one (the
+// contract: "the match fields select the endpoint").
 func (c *checker) match(r Rule, appKnown AppExists, oldApps []string) {
 	m := r.Match
 	c.appIDs(m.AppIDs, appKnown, oldApps)
@@ -116,8 +117,9 @@ func (c *checker) match(r Rule, appKnown AppExists, oldApps []string) {
 		c.unique("match.cidrs", m.CIDRs)
 	}
 	c.headers(m.Headers)
-	if r.Scope == "endpoint" && len(m.Methods) == 0 && m.Bucket == nil && m.KeyPrefix == nil && m.Path == nil {
-		c.add("match", "endpoint_needs_match", "scope endpoint needs match.methods, bucket, key_prefix or path")
+	if r.Scope == "endpoint" && m.AppIDs == nil && m.Methods == nil && m.Bucket == nil && m.KeyPrefix == nil &&
+		m.Path == nil && m.CIDRs == nil && m.Headers == nil {
+		c.add("match", "endpoint_needs_match", "scope endpoint needs a match field to select the endpoint")
 	}
 }
 

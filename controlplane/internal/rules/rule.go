@@ -189,7 +189,7 @@ func setStr(dst *string, v *string) {
 	}
 }
 
-// burst: token bucket capacity >= limit (default = limit, stored explicitly); windows: absent.
+// burst: token bucket capacity, any from 1 (default = limit, stored explicitly); windows: absent.
 func (c *checker) burst(r *Rule) {
 	switch r.Algorithm {
 	case "token_bucket":
@@ -200,9 +200,8 @@ func (c *checker) burst(r *Rule) {
 			}
 			return
 		}
-		if c.rangeInt("burst", *r.Burst, 1, MaxLimit, "invalid_burst") && r.Limit >= 1 && *r.Burst < r.Limit {
-			c.add("burst", "burst_below_limit", "burst must be at least limit (%d), got %d", r.Limit, *r.Burst)
-		}
+		// a capacity below the refill per window is a smoothing bucket (burst 10 at 100/s)
+		c.rangeInt("burst", *r.Burst, 1, MaxLimit, "invalid_burst")
 	case "sliding_window", "fixed_window":
 		if r.Burst != nil {
 			c.add("burst", "burst_not_allowed", "burst applies to token_bucket only; leave it out for %s", r.Algorithm)

@@ -109,7 +109,6 @@ func TestRuleValidationTable(t *testing.T) {
 		{"window over a day", set("window_seconds", 86401), "", "window_seconds", "invalid_window"},
 		{"negative priority", set("priority", -1), "", "priority", "invalid_priority"},
 		{"zero burst", set("burst", 0), "", "burst", "invalid_burst"},
-		{"burst below limit", set("burst", 99), "", "burst", "burst_below_limit"},
 		{"burst with a window", set("algorithm", "fixed_window"), "", "burst", "burst_not_allowed"},
 		{"throttle without delay", del("throttle_max_delay_ms"), "", "throttle_max_delay_ms", "required"},
 		{"zero delay", set("throttle_max_delay_ms", 0), "", "throttle_max_delay_ms", "invalid_throttle_delay"},
@@ -176,7 +175,7 @@ func TestRuleValidationTable(t *testing.T) {
 // allRuleCodes is every reason BuildRule gives.
 var allRuleCodes = []string{"required", "invalid_id", "id_mismatch", "invalid_description", "invalid_scope",
 	"invalid_algorithm", "invalid_unit", "invalid_distribution", "invalid_action", "invalid_limit",
-	"invalid_window", "invalid_priority", "invalid_burst", "burst_below_limit", "burst_not_allowed",
+	"invalid_window", "invalid_priority", "invalid_burst", "burst_not_allowed",
 	"invalid_throttle_delay", "throttle_delay_not_allowed", "invalid_user_key", "user_key_not_allowed",
 	"invalid_time", "empty_interval", "empty_list", "too_many", "invalid_app_id", "unknown_app", "duplicate",
 	"invalid_method", "invalid_bucket", "invalid_key_prefix", "invalid_path", "invalid_cidr", "invalid_header",

@@ -5,6 +5,7 @@
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
 local hashload = require("tollgate.config.hashload")
+local settings = require("tollgate.settings")
 
 local type = type
 local floor = math.floor
@@ -14,64 +15,87 @@ local _M = {}
 
 local CDICT_KEY = "breakers"
 
--- field -> {default, min, max, integer}; absent fields take the contract's example values
-local NUMBERS = {
-    window_ms = { 10000, 100, 3600000, true },
-    min_requests = { 10, 1, 1e9, true },
-    failure_threshold = { 5, 1, 1e9, true },
-    failure_ratio = { 0.5, 0, 1, false },
-    open_timeout_ms = { 30000, 100, 86400000, true },
-    success_threshold = { 3, 1, 1e6, true },
-    half_open_max_inflight = { 1, 1, 1e6, true },
+-- The numeric fields, as schema entries of tollgate.settings (one checker of bounded values);
+-- absent fields take the contract's example values, the bounds are the API's (rules/breaker.go).
+local FIELDS = {
+    { key = "window_ms", kind = "integer", default = 10000, min = 100, max = 3600000 },
+    { key = "min_requests", kind = "integer", default = 10, min = 1, max = 1000000 },
+    { key = "failure_threshold", kind = "integer", default = 5, min = 1, max = 1000000 },
+    { key = "failure_ratio", kind = "number", default = 0.5, above = 0, max = 1 },
+    { key = "open_timeout_ms", kind = "integer", default = 30000, min = 100, max = 3600000 },
+    { key = "success_threshold", kind = "integer", default = 3, min = 1, max = 1000000 },
+    { key = "half_open_max_inflight", kind = "integer", default = 1, min = 1, max = 1000000 },
 }
+local MAX_STATUSES = 100
 
---- Check one breaker config (a decoded table) stored under `name`. Returns a normalized table
--- or nil, err (err names the field).
+local function statuses(fs)
+    if fs == nil then
+        return { 500, 502, 503, 504 }
+    end
+    if type(fs) ~= "table" then
+        return nil, "failure_statuses", "invalid_type"
+    end
+    local n = 0
+    for _, v in pairs(fs) do
+        n = n + 1
+        if type(v) ~= "number" or v ~= floor(v) then
+            return nil, "failure_statuses", "invalid_type"
+        end
+    end
+    if n ~= #fs then
+        return nil, "failure_statuses", "invalid_type"
+    elseif n == 0 then
+        return nil, "failure_statuses", "empty_list"
+    elseif n > MAX_STATUSES then
+        return nil, "failure_statuses", "too_many"
+    end
+    local seen = {}
+    for i, v in ipairs(fs) do
+        if v < 500 or v > 599 then
+            return nil, "failure_statuses[" .. (i - 1) .. "]", "invalid_status"
+        elseif seen[v] then
+            return nil, "failure_statuses[" .. (i - 1) .. "]", "duplicate"
+        end
+        seen[v] = true
+    end
+    return fs
+end
+
+--- Check one breaker config (a decoded table) stored under `name`. Returns a normalized table,
+-- or nil, field, reason (the API's field path and code; testdata/breakers/ is the corpus the
+-- gateway, the API and the console share).
 function _M.parse(name, c)
     if type(c) ~= "table" then
-        return nil, "not an object"
+        return nil, "json", "invalid_json"
     end
     if c.name ~= nil and c.name ~= name then
-        return nil, "name does not match its hash field"
+        return nil, "name", "name_mismatch"
     end
     local out = { name = name }
     for _, f in ipairs({ "enabled", "per_app" }) do
         local v = c[f]
         if v ~= nil and type(v) ~= "boolean" then
-            return nil, "invalid " .. f
+            return nil, f, "invalid_type"
         end
     end
     out.enabled = c.enabled ~= false
     out.per_app = c.per_app == true
-    for f, spec in pairs(NUMBERS) do
-        local v = c[f]
+    for _, e in ipairs(FIELDS) do
+        local v = c[e.key]
         if v == nil then
-            v = spec[1]
+            v = e.default
         end
-        if type(v) ~= "number" or v < spec[2] or v > spec[3]
-                or (spec[4] and v ~= floor(v)) then
-            return nil, "invalid " .. f
+        local ok, _, problem = settings.check(e, v, false)
+        if ok == nil then
+            return nil, e.key, problem == "type" and "invalid_type" or "invalid_" .. e.key
         end
-        out[f] = v
+        out[e.key] = ok
     end
-    if c.failure_ratio ~= nil and c.failure_ratio <= 0 then
-        return nil, "invalid failure_ratio"
+    local fs, field, reason = statuses(c.failure_statuses)
+    if not fs then
+        return nil, field, reason
     end
-    local fs = c.failure_statuses
-    if fs == nil then
-        fs = { 500, 502, 503, 504 }
-    end
-    if type(fs) ~= "table" then
-        return nil, "invalid failure_statuses"
-    end
-    local list = {}
-    for i, s in pairs(fs) do
-        if type(i) ~= "number" or type(s) ~= "number" or s ~= floor(s) or s < 100 or s > 599 then
-            return nil, "invalid failure_statuses"
-        end
-        list[#list + 1] = s
-    end
-    out.failure_statuses = list
+    out.failure_statuses = fs
     return out
 end
 
@@ -81,9 +105,10 @@ function _M.reload(red, cdict)
     local last = cjson.decode(cdict:get(CDICT_KEY) or "{}") or {}
     local fresh, bad = {}, 0
     local ok, err = hashload.each(red, keys.breakers_index(), function(name, json)
-        local c, perr
+        local c, perr, code
         if keys.valid_id(name) then
-            c, perr = _M.parse(name, cjson.decode(json))
+            c, perr, code = _M.parse(name, cjson.decode(json))
+            perr = tostring(perr) .. " " .. tostring(code)
         else
             perr = "invalid name"
         end

@@ -8,6 +8,7 @@ local breaker_config = require("tollgate.breaker.config")
 local hashload = require("tollgate.config.hashload")
 local genpage = require("tollgate.config.genpage")
 local settings = require("tollgate.settings")
+local metrics = require("tollgate.metrics")
 
 local tonumber = tonumber
 local type = type
@@ -296,5 +297,13 @@ function _M.bump()
 end
 
 _M.generation = get_generation
+
+-- the /metrics gauges of the config this node enforces
+metrics.add_gauges(function(gauges)
+    gauges["ratelimit_config_version"] = _M.version() or 0
+    gauges["ratelimit_config_errors_total"] = cdict:get("errors") or 0
+    gauges["ratelimit_config_store_lost"] = _M.store_lost() and 1 or 0
+    gauges["ratelimit_config_store_lost_total"] = _M.store_lost_total()
+end)
 
 return _M

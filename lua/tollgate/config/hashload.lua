@@ -24,14 +24,14 @@ function _M.each(red, key, fn)
 end
 
 --- Load hash `key` into cdict as "<prefix><id>" = the entry's JSON. check(id, json) returns
--- truthy, or nil and a reason; `what` names the kind in log lines ("app", "rule"). Returns the
--- number of refused entries (invalid ids included), or nil, err.
+-- truthy, or nil, a reason and optionally a code; `what` names the kind in log lines ("app",
+-- "rule"). Returns the number of refused entries (invalid ids included), or nil, err.
 function _M.into_dict(red, key, cdict, prefix, what, check)
     local fresh, bad = {}, 0
     local ok, err = _M.each(red, key, function(id, json)
-        local good, why
+        local good, why, code
         if keys.valid_id(id) then
-            good, why = check(id, json)
+            good, why, code = check(id, json)
         end
         if good then
             fresh[id] = json
@@ -40,7 +40,7 @@ function _M.into_dict(red, key, cdict, prefix, what, check)
         bad = bad + 1
         if keys.valid_id(id) then
             ngx.log(ngx.ERR, "tollgate: bad ", what, " ", id, " (", tostring(why),
-                "), keeping the last good one")
+                code and " " .. code or "", "), keeping the last good one")
             fresh[id] = cdict:get(prefix .. id) or false
         end
     end)

@@ -17,15 +17,15 @@ local now = ngx.now
 
 local _M = {}
 
-local S, R
+local conf, redis_client
 local last_announce = 0
 
 function _M.init(settings, client)
-    S, R = settings, client
+    conf, redis_client = settings, client
 end
 
 local function reload(reason)
-    local v, err = R:with(S.bg_timeout_ms, function(red)
+    local v, err = redis_client:with(conf.bg_timeout_ms, function(red)
         return config.reload(red)
     end)
     if not v then
@@ -44,7 +44,7 @@ local function poll(premature)
     if premature then
         return
     end
-    local v, err = R:with(S.bg_timeout_ms, function(red)
+    local v, err = redis_client:with(conf.bg_timeout_ms, function(red)
         local ver, gerr = red:get(keys.config_version())
         if gerr then
             return nil, gerr
@@ -59,18 +59,18 @@ local function poll(premature)
         local t = now()
         -- timers fire a little late, never early: a report interval equal to the poll interval
         -- must not skip every other poll
-        if t - last_announce >= S.report_interval - 0.01 then
+        if t - last_announce >= conf.report_interval - 0.01 then
             last_announce = t
             metrics.flush()
             local requests, blocked, apps = metrics.node_totals()
             local breakers = breaker.report()
             local leaked, cleanup_run = connlimit.leak_stats()
-            local ok, herr = red:hset(keys.gateways(), S.node_id, cjson.encode({
-                node_id = S.node_id,
+            local ok, herr = red:hset(keys.gateways(), conf.node_id, cjson.encode({
+                node_id = conf.node_id,
                 last_seen = math.floor(t),
                 config_version = config.version(),
                 config_store_lost = config.store_lost(),
-                mode = S.mode,
+                mode = conf.mode,
                 degradation_level = deg.level(),
                 redis_latency_ms = deg.latency() * 1000,
                 l3_hit_ratio = metrics.hit_ratio(),
@@ -106,7 +106,7 @@ local function subscriber(premature)
         return
     end
     while not ngx.worker.exiting() do
-        local red, err = R:connect(S.bg_timeout_ms)
+        local red, err = redis_client:connect(conf.bg_timeout_ms)
         if red then
             red:set_timeout(5000)
             local ok, serr = red:subscribe(keys.config_channel(), keys.emergency_channel())
@@ -140,7 +140,7 @@ end
 function _M.start()
     local ok, err = ngx.timer.at(0, poll)
     if ok then
-        ok, err = ngx.timer.every(S.config_poll, poll)
+        ok, err = ngx.timer.every(conf.config_poll, poll)
     end
     if ok then
         ok, err = ngx.timer.at(0, subscriber)

@@ -23,15 +23,15 @@ local tonumber = tonumber
 
 local _M = {}
 
-local S            -- settings (configure)
-local R, BG_MS     -- Redis client and background timeout (init)
+local conn_conf            -- settings (configure)
+local redis_client, BG_MS     -- Redis client and background timeout (init)
 local PIPELINE = 500
 
 --- The limiter's settings from the gateway's (the conn_* entries of tollgate.settings; read
 -- from the environment when not given).
 function _M.configure(s)
     s = s or settings.get()
-    S = {
+    conn_conf = {
         timeout = s.conn_timeout,
         cleanup_interval = s.conn_cleanup_interval,
         cleanup_batch = s.conn_cleanup_batch,
@@ -41,11 +41,11 @@ function _M.configure(s)
         config_ttl = s.conn_config_ttl,
         heartbeat = math.min(5, s.conn_timeout / 4),
     }
-    return S
+    return conn_conf
 end
 
 function _M.settings()
-    return S
+    return conn_conf
 end
 
 local cache, cache_n = {}, 0
@@ -55,7 +55,7 @@ config.on_generation(function()
 end)
 
 function _M.init(client, bg_ms)
-    R, BG_MS = client, bg_ms
+    redis_client, BG_MS = client, bg_ms
 end
 
 --- The limits of app `id` in `cluster` and the names of its counters, cached per config
@@ -68,8 +68,8 @@ function _M.entry(id, cluster)
     end
     local max, burst = match(dict:get("lim:a:" .. id) or "", "^(%d+) (%d+)$")
     local cmax, ratio = match(dict:get("lim:c:" .. cluster) or "", "^(%d+) (%S+)$")
-    max = tonumber(max) or S.app_limit
-    cmax = tonumber(cmax) or S.cluster_limit
+    max = tonumber(max) or conn_conf.app_limit
+    cmax = tonumber(cmax) or conn_conf.cluster_limit
     local labels = format('app_id="%s",cluster_id="%s"', id, cluster)
     e = {
         id = id, cluster = cluster,
@@ -171,7 +171,7 @@ function _M.refresh(reason)
     for _, c in ipairs(clusters) do
         cmds[#cmds + 1] = { keys.conn_cluster(c), "max_connections", "reserved_ratio" }
     end
-    local res, err = R:with(BG_MS, function(red)
+    local res, err = redis_client:with(BG_MS, function(red)
         local out = {}
         for i = 1, #cmds, PIPELINE do
             red:init_pipeline()

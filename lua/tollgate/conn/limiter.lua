@@ -1,10 +1,9 @@
 -- Connection limiter (Req 17-19, DESIGN §6): requests in flight per app and per storage
 -- cluster, checked before the token bucket and released in the log phase.
--- In-flight counts move only by atomic increments (tollgate.counters: connlimit_dict:incr, or
--- with TOLLGATE_SHARED_COUNTERS=on an atomic add in the master-mapped area),
+-- In-flight counts move only by atomic increments (connlimit_dict:incr),
 -- increment-then-check with undo, so two workers can never both take the last slot. Limits:
--- tollgate.conn.config; tracking records, heartbeat and leak cleanup:
--- tollgate.conn.track.
+-- tollgate.conn.config; tracking records: tollgate.conn.record, .track (this worker's, with
+-- the heartbeat) and .cleanup (leaks).
 -- An app may use burst_connections beyond max_connections only while its cluster has headroom:
 -- the cluster's count, this request included, stays within (1 - reserved_ratio) of its limit.
 -- connlimit_dict counters: ca:<app> / cc:<cluster> in flight, pa: / pc: peaks (pa:<app>:<n>
@@ -17,11 +16,11 @@ local metrics = require("tollgate.metrics")
 local response = require("tollgate.request.response")
 local limits = require("tollgate.conn.config")
 local track = require("tollgate.conn.track")
+local record = require("tollgate.conn.record")
+local cleanup = require("tollgate.conn.cleanup")
 local events = require("tollgate.events")
-local counters = require("tollgate.counters")
 
 local dict = ngx.shared.connlimit_dict
-local ctr = counters.of("connlimit_dict")   -- the in-flight counts ca:<app>, cc:<cluster>
 local var = ngx.var
 local now = ngx.now
 local log = ngx.log
@@ -40,7 +39,7 @@ local _M = {
 }
 
 local entry = limits.entry
-local R, BG_MS, NODE
+local redis_client, BG_MS, NODE
 local STATS_TTL = 300
 
 -- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
@@ -94,41 +93,41 @@ end
 -- Returns true, or false and `app_limit_exceeded` / `cluster_limit_exceeded`.
 function _M.acquire(a, ctx)
     local e = entry(a.id, a.cluster)
-    local v, err = ctr:incr(e.akey, 1, 0)
+    local v, err = dict:incr(e.akey, 1, 0)
     if not v then
         log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
         return true
     end
     if v > e.burst then
-        ctr:incr(e.akey, -1)
+        dict:incr(e.akey, -1)
         return reject(e, "app_limit_exceeded", e.max, e.burst)
     end
     local c
-    c, err = ctr:incr(e.ckey, 1, 0)
+    c, err = dict:incr(e.ckey, 1, 0)
     if not c then
-        ctr:incr(e.akey, -1)
+        dict:incr(e.akey, -1)
         log(ERR, "tollgate: connlimit_dict: ", err, "; request admitted without a slot")
         return true
     end
     if v > e.max and c > e.headroom then
-        ctr:incr(e.ckey, -1)
-        ctr:incr(e.akey, -1)
+        dict:incr(e.ckey, -1)
+        dict:incr(e.akey, -1)
         return reject(e, "app_limit_exceeded", e.max, v - 1)
     end
     if c > e.cmax then
-        ctr:incr(e.ckey, -1)
-        ctr:incr(e.akey, -1)
+        dict:incr(e.ckey, -1)
+        dict:incr(e.akey, -1)
         return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
     end
     local tag = e.tag
     if tag == nil then
-        tag = track.tag(a.id, a.cluster) or false
+        tag = record.tag(a.id, a.cluster) or false
         e.tag = tag
     end
-    local n, rid = track.open(a.id, a.cluster, var.remote_addr, tag or nil)
+    local n, rid = track.open(var.remote_addr, tag or nil)
     if not n then
-        ctr:incr(e.ckey, -1)
-        ctr:incr(e.akey, -1)
+        dict:incr(e.ckey, -1)
+        dict:incr(e.akey, -1)
         log(ERR, "tollgate: connlimit_dict: ", rid, "; request admitted without a slot")
         return true
     end
@@ -156,8 +155,8 @@ function _M.release(ctx)
     local e = ctx.tg_conn_e
     -- in the reverse order of acquire: a release in progress never makes the cluster look
     -- fuller than the apps in it, which would refuse other apps
-    local c = ctr:incr(e.ckey, -1)
-    local v = ctr:incr(e.akey, -1)
+    local c = dict:incr(e.ckey, -1)
+    local v = dict:incr(e.akey, -1)
     if (v and v < 0) or (c and c < 0) then
         log(ERR, "tollgate: connection counter of ", e.id, "/", e.cluster, " below zero")
     end
@@ -175,8 +174,8 @@ end
 
 -- A slot the cleanup force-released (its request's worker is gone).
 local function leaked(app, cluster)
-    ctr:incr("cc:" .. cluster, -1)
-    ctr:incr("ca:" .. app, -1)
+    dict:incr("cc:" .. cluster, -1)
+    dict:incr("ca:" .. app, -1)
     dict:incr("la:" .. app, 1, 0)
     dict:incr("leaked_total", 1, 0)
     metrics.inc(format('connlimit_leaked_total{app_id="%s",cluster_id="%s"}', app, cluster))
@@ -187,17 +186,17 @@ function _M.state(id, cluster)
     config.refresh()
     local e = entry(id, cluster)
     return {
-        app_current = ctr:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
+        app_current = dict:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
         app_rejected = dict:get(e.rkey) or 0, app_leaked = dict:get("la:" .. id) or 0,
-        cluster_current = ctr:get(e.ckey) or 0, cluster_peak = dict:get(e.pckey) or 0,
+        cluster_current = dict:get(e.ckey) or 0, cluster_peak = dict:get(e.pckey) or 0,
         cluster_rejected = dict:get(e.rckey) or 0,
         max = e.max, burst = e.burst, cluster_max = e.cmax, headroom = e.headroom,
     }
 end
 
---- One leak cleanup run (track.cleanup), remembered as the node's last run.
+--- One leak cleanup run (tollgate.conn.cleanup), remembered as the node's last run.
 function _M.cleanup(budget)
-    local leaked_n, work = track.cleanup(budget)
+    local leaked_n, work = cleanup.run(budget)
     dict:set("cleanup_last_run", floor(now()))
     return leaked_n, work
 end
@@ -215,7 +214,7 @@ local function report()
     local rows = {}
     for _, id in ipairs(config.app_ids()) do
         local a = config.app(id)
-        local cur = a and ctr:get("ca:" .. id)
+        local cur = a and dict:get("ca:" .. id)
         if cur then
             rows[#rows + 1] = { keys.conn_node_stats(a.cluster, id, NODE), cur,
                                 dict:get("pa:" .. id) or 0, dict:get("ra:" .. id) or 0 }
@@ -225,7 +224,7 @@ local function report()
         return
     end
     local t = floor(now())
-    local ok, err = R:with(BG_MS, function(red)
+    local ok, err = redis_client:with(BG_MS, function(red)
         red:init_pipeline()
         for _, r in ipairs(rows) do
             red:hset(r[1], "current", r[2], "peak", r[3], "rejected", r[4], "last_seen", t)
@@ -251,7 +250,7 @@ local function gauges(g)
     local clusters = {}
     for _, id in ipairs(config.app_ids()) do
         local a = config.app(id)
-        local cur = a and ctr:get("ca:" .. id)
+        local cur = a and dict:get("ca:" .. id)
         if cur then
             local l = format('{app_id="%s",cluster_id="%s"}', id, a.cluster)
             g["connlimit_active_connections" .. l] = cur
@@ -261,7 +260,7 @@ local function gauges(g)
     end
     for c in pairs(clusters) do
         local l = format('{cluster_id="%s"}', c)
-        g["connlimit_cluster_active_connections" .. l] = ctr:get("cc:" .. c) or 0
+        g["connlimit_cluster_active_connections" .. l] = dict:get("cc:" .. c) or 0
         g["connlimit_cluster_peak_connections" .. l] = dict:get("pc:" .. c) or 0
     end
 end
@@ -279,17 +278,18 @@ end
 
 --- init_worker: tracking generation, heartbeat; on worker 0 cleanup, stats, limit refresh.
 function _M.start(settings, client)
-    local S = limits.settings() or limits.configure()
-    R, BG_MS, NODE = client, settings.bg_timeout_ms, settings.node_id
+    local conf = limits.settings() or limits.configure()
+    redis_client, BG_MS, NODE = client, settings.bg_timeout_ms, settings.node_id
     limits.init(client, BG_MS)
-    track.init(S, leaked)
+    track.init(conf)
+    cleanup.init(conf, leaked)
     metrics.add_gauges(gauges)
-    every(S.heartbeat, track.heartbeat)
+    every(conf.heartbeat, track.heartbeat)
     if ngx.worker.id() == 0 then
         dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now
-        every(S.cleanup_interval, function() _M.cleanup() end)
-        every(S.stats_interval, report)
-        every(S.config_ttl, function() _M.refresh("ttl") end)
+        every(conf.cleanup_interval, function() _M.cleanup() end)
+        every(conf.stats_interval, report)
+        every(conf.config_ttl, function() _M.refresh("ttl") end)
     end
 end
 

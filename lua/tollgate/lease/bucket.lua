@@ -6,9 +6,10 @@ local shm = require("tollgate.shm")
 local scripts = require("tollgate.redis.scripts")
 local metrics = require("tollgate.metrics")
 local deg = require("tollgate.redis.degradation")
+local sync = require("tollgate.lease.sync")
+local config = require("tollgate.config.apps")
 
 local dict = shm.dict
-local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local K = shm.keys
 local take = shm.take
 local add_pending = shm.add_pending
@@ -23,12 +24,26 @@ local random = math.random
 
 local _M = {}
 
-local S, R, SC -- settings, redis client, scripts (set by init)
-local sync     -- tollgate.lease.sync, set by init (it requires nothing of this module)
+-- the gateway's settings, its Redis client and the loaded scripts (init)
+local conf, redis_client, redis_scripts
 
-function _M.init(settings, client, script_set, sync_module)
-    S, R, SC, sync = settings, client, script_set, sync_module
+function _M.init(settings, client, script_set)
+    conf, redis_client, redis_scripts = settings, client, script_set
 end
+
+-- the /metrics gauges of this node's leases
+metrics.add_gauges(function(gauges)
+    for _, id in ipairs(config.app_ids()) do
+        local k = K(id)
+        local t = dict:get(k.tokens)
+        if t then
+            gauges['ratelimit_l3_tokens{app_id="' .. id .. '"}'] = t
+            gauges['ratelimit_l3_debt{app_id="' .. id .. '"}'] = dict:get(k.debt) or 0
+            gauges['ratelimit_l3_reserve_target{app_id="' .. id .. '"}'] =
+                dict:get(k.target) or conf.min_target
+        end
+    end
+end)
 
 local function count_error(err)
     metrics.inc(deg.is_open() and 'ratelimit_redis_errors_total{kind="unavailable"}'
@@ -38,13 +53,14 @@ end
 
 -- L2 grant for app `a`: returns the script reply table, or nil, err.
 local function run_grant(red, a, want, min)
-    return scripts.run(red, SC.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1, S.node_id,
+    return scripts.run(red, redis_scripts.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
+        conf.node_id,
         format("%d", want), format("%d", min))
 end
 
 local function grant(a, want, min, timeout_ms)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
-    return R:with(timeout_ms, run_grant, a, want, min)  -- no closure per call
+    return redis_client:with(timeout_ms, run_grant, a, want, min)  -- no closure per call
 end
 _M.grant = grant
 
@@ -53,7 +69,7 @@ local function credit(k, granted)
     local pay = take(k.debt, granted, dict)
     local rest = granted - pay
     if rest > 0 then
-        ctr:incr(k.tokens, rest, 0)
+        dict:incr(k.tokens, rest, 0)
     end
     return rest
 end
@@ -102,10 +118,10 @@ local function refill_timer(premature, a)
         dict:delete(k.refill_lock)
         return
     end
-    local tokens = ctr:get(k.tokens) or 0
+    local tokens = dict:get(k.tokens) or 0
     local want = floor(target_of(a, k) - tokens + (dict:get(k.debt) or 0))
     if want > 0 then
-        local res, err = grant(a, want, 1, S.bg_timeout_ms)
+        local res, err = grant(a, want, 1, conf.bg_timeout_ms)
         if res then
             if res[1] > 0 then
                 credit(k, res[1])
@@ -135,10 +151,10 @@ end
 local function fail_open(a, k, cost)
     local sec_key = k.fail_open .. ":" .. floor(now())
     local v = dict:incr(sec_key, cost, 0, 2)
-    if v and v <= S.fail_open_rate then
+    if v and v <= conf.fail_open_rate then
         dict:incr(k.fail_open, cost, 0)
         metrics.inc('ratelimit_fail_open_total{app_id="' .. a.id .. '"}')
-        return true, S.fail_open_rate - v, "fail_open"
+        return true, conf.fail_open_rate - v, "fail_open"
     end
     if v then
         dict:incr(sec_key, -cost)
@@ -163,10 +179,10 @@ local function exhausted(k, res, need)
     local secs = wait_for(need - res[2], rate)
     local reset = now() + secs
     local ttl = secs
-    if ttl < S.neg_cache_min then
-        ttl = S.neg_cache_min
-    elseif ttl > S.neg_cache_max then
-        ttl = S.neg_cache_max
+    if ttl < conf.neg_cache_min then
+        ttl = conf.neg_cache_min
+    elseif ttl > conf.neg_cache_max then
+        ttl = conf.neg_cache_max
     end
     dict:set(k.neg, reset, ttl)
     local reason = res[5]
@@ -206,14 +222,17 @@ local function slow_acquire(a, k, cost)
     local debt = dict:get(k.debt) or 0
     local need = cost + debt
     local want = floor(need + target_of(a, k))
-    local res, err = grant(a, want, need, S.op_timeout_ms)
+    local res, err = grant(a, want, need, conf.op_timeout_ms)
     if not res then
         count_error(err)
         return fail_open(a, k, cost)
     end
     if res[5] == "unknown_app" then
-        -- the gateway knows the app but Redis lost its state: not the client's fault
-        log(ERR, "tollgate: L2 state of ", a.id, " missing in Redis, failing open")
+        -- the gateway knows the app but Redis lost its state: not the client's fault (while the
+        -- whole config store is lost, config logged that once: no line per request)
+        if not config.store_lost() then
+            log(ERR, "tollgate: L2 state of ", a.id, " missing in Redis, failing open")
+        end
         return fail_open(a, k, cost)
     end
     if res[5] == "app_disabled" then
@@ -232,15 +251,15 @@ local function slow_acquire(a, k, cost)
     end
     local rest = credit(k, granted)
     if rest >= cost then
-        local v = ctr:incr(k.tokens, -cost, 0)
+        local v = dict:incr(k.tokens, -cost, 0)
         if v and v >= 0 then
             local _, n = admit(k, cost, v)
-            if n >= S.batch_threshold then
+            if n >= conf.batch_threshold then
                 sync.trigger(a)
             end
             return true, v
         end
-        ctr:incr(k.tokens, cost)
+        dict:incr(k.tokens, cost)
     end
     -- concurrent requests took what we were granted: the lease is contended, try it once more
     local ok, v = shm.take_all_or_nothing(k.tokens, cost)
@@ -256,7 +275,7 @@ local function remote_acquire(a, k, cost)
     if not deg.allow_request() then
         return fail_open(a, k, cost)
     end
-    local res, err = grant(a, cost, cost, S.op_timeout_ms)
+    local res, err = grant(a, cost, cost, conf.op_timeout_ms)
     if not res then
         count_error(err)
         return fail_open(a, k, cost)
@@ -273,22 +292,22 @@ end
 --   false, reason, info              rejected ({reset = epoch seconds, remaining = n})
 function _M.acquire(a, cost)
     local k = K(a.id)
-    if S.mode == "remote" then
+    if conf.mode == "remote" then
         return remote_acquire(a, k, cost)
     end
-    local v = ctr:incr(k.tokens, -cost, 0)
+    local v = dict:incr(k.tokens, -cost, 0)
     if v and v >= 0 then
         metrics.hit()
-        if add_pending(k, cost, 1) >= S.batch_threshold then
+        if add_pending(k, cost, 1) >= conf.batch_threshold then
             sync.trigger(a)
         end
-        if v < hit_target(a, k) * S.refill_threshold then
+        if v < hit_target(a, k) * conf.refill_threshold then
             _M.trigger_refill(a, k)
         end
         return true, v
     end
     if v then
-        ctr:incr(k.tokens, cost)
+        dict:incr(k.tokens, cost)
     end
     metrics.miss()
     return slow_acquire(a, k, cost)
@@ -305,7 +324,7 @@ function _M.charge(a, amount, source)
         dict:incr(k.fail_open, amount, 0)
         return
     end
-    if S.mode == "remote" then
+    if conf.mode == "remote" then
         return
     end
     local took = take(k.tokens, amount)
@@ -324,8 +343,8 @@ function _M.refund(a, amount, source)
     local k = K(a.id)
     if source == "fail_open" then
         dict:incr(k.fail_open, -amount, 0)
-    elseif S.mode ~= "remote" then
-        ctr:incr(k.tokens, amount, 0)
+    elseif conf.mode ~= "remote" then
+        dict:incr(k.tokens, amount, 0)
         dict:incr(k.pending_cost, -amount, 0)
     end
 end
@@ -335,8 +354,8 @@ function _M.rollback(a, cost, source)
     local k = K(a.id)
     if source == "fail_open" then
         dict:incr(k.fail_open, -cost, 0)
-    elseif S.mode ~= "remote" then
-        ctr:incr(k.tokens, cost, 0)
+    elseif conf.mode ~= "remote" then
+        dict:incr(k.tokens, cost, 0)
         add_pending(k, -cost, -1)
     end
     dict:incr(k.rollback_count, 1, 0)

@@ -9,7 +9,6 @@ local config = require("tollgate.config.apps")
 local shm = require("tollgate.shm")
 
 local dict = shm.dict
-local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local now = ngx.now
 local log = ngx.log
 local WARN = ngx.WARN
@@ -39,7 +38,7 @@ local function scale_leases(cluster)
             local ratio = _M.ratio(a.priority)
             if ratio < 1 then
                 local k = shm.keys(id)
-                local tokens = ctr:get(k.tokens) or 0
+                local tokens = dict:get(k.tokens) or 0
                 -- keep the ratio of the lease, and at most the ratio of a fair share of the burst
                 local nodes = dict:get(k.nodes) or 1
                 local keep = floor(tokens * ratio)

@@ -9,60 +9,36 @@
 -- Records live in a fixed ring of slots of the ratelimit dict, so the sweep is bounded work.
 local shm = require("tollgate.shm")
 local metrics = require("tollgate.metrics")
+local bucket = require("tollgate.lease.bucket")
 
 local dict = shm.dict
 local now = ngx.now
 local log = ngx.log
 local format = string.format
 local tonumber = tonumber
-local floor = math.floor
 
 local _M = {}
 
 local SLOTS = 4096
-local S, L3
+local conf     -- the gateway's settings (init)
 
-function _M.init(settings, l3)
-    S, L3 = settings, l3
+function _M.init(settings)
+    conf = settings
 end
 
---- Bytes a chunked upload is expected to carry.
-function _M.upload_estimate(headers)
-    local n = tonumber(headers["x-amz-decoded-content-length"])
-    if n and n >= 0 then
-        return n
-    end
-    return S.chunked_estimate
-end
-
--- running average of download sizes per app, per worker (no shared-memory work per request)
-local dl_avg = {}
-
---- Bytes a download is expected to return: the Range if bounded, else the app's average.
-function _M.download_estimate(a, headers)
-    local range = headers["range"]
-    if type(range) == "string" then
-        local first, last = range:match("^bytes=(%d+)-(%d+)$")
-        if first then
-            return tonumber(last) - tonumber(first) + 1
-        end
-    end
-    return dl_avg[a.id] or 0
-end
-
---- Remember a download's real size in the app's running average.
-function _M.observe_download(a, bytes)
-    local avg = dl_avg[a.id]
-    dl_avg[a.id] = avg and floor(avg + 0.2 * (bytes - avg)) or bytes
-end
+-- the /metrics gauges of the open reservations
+metrics.add_gauges(function(gauges)
+    gauges["ratelimit_reserved_tokens"] = dict:get("rsv:reserved") or 0
+    gauges["ratelimit_reservations_active"] = dict:get("rsv:active") or 0
+end)
 
 --- Settle an estimated charge: refund or charge the difference (Property 9).
 function _M.settle(a, estimated, actual, source)
     local diff = estimated - actual
     if diff > 0 then
-        L3.refund(a, diff, source)
+        bucket.refund(a, diff, source)
     elseif diff < 0 then
-        L3.charge(a, -diff, source)
+        bucket.charge(a, -diff, source)
     end
     return diff
 end
@@ -77,12 +53,12 @@ end
 
 --- Record a multipart reservation of `amount` tokens (already paid from the lease).
 function _M.open(a, path, amount)
-    local expires = now() + S.reservation_timeout
+    local expires = now() + conf.reservation_timeout
     for _ = 1, 8 do
         local n = dict:incr("rsv:next", 1, 0) % SLOTS + 1
         local rec = format("%s %d %d %.3f", a.id, amount, amount, expires)
         if dict:safe_add(slot_key(n), rec) then
-            dict:set(mp_key(a, path), n, S.reservation_timeout + 60)
+            dict:set(mp_key(a, path), n, conf.reservation_timeout + 60)
             metrics.inc('ratelimit_reservations_total{result="created"}')
             return n
         end
@@ -121,7 +97,7 @@ function _M.undraw(a, path, amount)
     local n = dict:get(mp_key(a, path))
     local rec = n and dict:get(slot_key(n))
     if not rec then
-        L3.refund(a, amount)
+        bucket.refund(a, amount)
         return
     end
     local app, est, left, expires = parse(rec)
@@ -133,7 +109,7 @@ local function release(n, rec, result)
     dict:delete(slot_key(n))
     local a = require("tollgate.config.apps").app(app)
     if a and left > 0 then
-        L3.refund(a, left)
+        bucket.refund(a, left)
     end
     metrics.inc('ratelimit_reservations_total{result="' .. result .. '"}')
     return est, left

@@ -11,7 +11,6 @@ local deg = require("tollgate.redis.degradation")
 local emergency = require("tollgate.lease.emergency")
 
 local dict = shm.dict
-local ctr = shm.ctr          -- tokens, pending (tollgate.counters)
 local K = shm.keys
 local now = ngx.now
 local timer_at = ngx.timer.at
@@ -22,14 +21,14 @@ local floor = math.floor
 
 local _M = {}
 
-local S, R, SC
+local conf, redis_client, redis_scripts
 local HEARTBEAT = 5        -- seconds between reports of an app with a lease but no traffic
 local EWMA = 0.3
 
 local state = {}           -- worker 0: per app {rate, last_total, last_active, last_report}
 
 function _M.init(settings, client, script_set)
-    S, R, SC = settings, client, script_set
+    conf, redis_client, redis_scripts = settings, client, script_set
 end
 
 local function seq_base()
@@ -51,7 +50,7 @@ local function prepare(a, k, returned, force)
     if fo ~= 0 then
         dict:incr(k.fail_open, -fo)
     end
-    local held = (ctr:get(k.tokens) or 0) - (dict:get(k.debt) or 0)
+    local held = (dict:get(k.tokens) or 0) - (dict:get(k.debt) or 0)
     local seq = dict:incr(k.seq, 1, seq_base())
     inflight = format("%d %d %d %d %d %d", seq, pc, pn, returned, held, fo)
     local ok, err = dict:safe_set(k.inflight, inflight)
@@ -67,8 +66,9 @@ local function send(red, a, k, inflight)
     local seq, pc, pn, ret, held, fo =
         inflight:match("^(%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)$")
     metrics.inc('ratelimit_redis_calls_total{op="report"}')
-    local res, err = scripts.run(red, SC.l3_report, 4, a.k_l2, a.k_leases, a.k_stats, a.k_nodes,
-        S.node_id, seq, pc, pn, ret, held, fo)
+    local res, err = scripts.run(red, redis_scripts.l3_report, 4, a.k_l2, a.k_leases, a.k_stats,
+        a.k_nodes,
+        conf.node_id, seq, pc, pn, ret, held, fo)
     if not res then
         return nil, err
     end
@@ -88,7 +88,7 @@ local function send_all(batch)
     if #batch == 0 then
         return true
     end
-    local _, err = R:with(S.bg_timeout_ms, function(red)
+    local _, err = redis_client:with(conf.bg_timeout_ms, function(red)
         for i = 1, #batch do
             local b = batch[i]
             local ok, serr = send(red, b[1], b[2], b[3])
@@ -133,7 +133,7 @@ end
 -- Reserve target of an app on this node: ~target_horizon of its traffic, at least min_target
 -- unless L2 is scarce, and at most a fair share of the burst among the app's active nodes.
 function _M.target(rate, scarce, burst, nodes)
-    local t = rate * S.target_horizon
+    local t = rate * conf.target_horizon
     local floor_target = deg.reserve_min()
     if not scarce and t < floor_target then
         t = floor_target
@@ -142,8 +142,8 @@ function _M.target(rate, scarce, burst, nodes)
     if t > cap then
         t = cap
     end
-    if t > S.max_target then
-        t = S.max_target
+    if t > conf.max_target then
+        t = conf.max_target
     end
     if t < 1 then
         t = 1
@@ -183,15 +183,15 @@ local function upkeep(a, t, dt)
             dict:incr(k.give_back, -gb)
             returned = gb
         end
-        local tokens = ctr:get(k.tokens) or 0
-        if tokens > 0 and t - st.last_active >= S.idle_return_after then
+        local tokens = dict:get(k.tokens) or 0
+        if tokens > 0 and t - st.last_active >= conf.idle_return_after then
             returned = returned + shm.take(k.tokens, tokens)           -- idle lease to L2
         elseif scarce and tokens > 2 * target then
             returned = returned + shm.take(k.tokens, tokens - target)  -- scarce app: no hoarding
         end
     end
-    local held = ctr:get(k.tokens) or 0
-    if returned == 0 and t - st.last_report < deg.sync_interval() - S.sync_interval / 2 then
+    local held = dict:get(k.tokens) or 0
+    if returned == 0 and t - st.last_report < deg.sync_interval() - conf.sync_interval / 2 then
         dict:delete(k.sync_lock)   -- not due at this degradation level
         return nil
     end
@@ -214,9 +214,9 @@ local last_tick = nil
 function _M.tick()
     ngx.update_time()
     local t = now()
-    local dt = last_tick and (t - last_tick) or S.sync_interval
+    local dt = last_tick and (t - last_tick) or conf.sync_interval
     if dt <= 0 then
-        dt = S.sync_interval
+        dt = conf.sync_interval
     end
     last_tick = t
     local batch = {}

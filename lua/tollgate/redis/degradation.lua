@@ -26,14 +26,14 @@ local UP = { 0.010, 0.100 }     -- latency thresholds of levels 1 and 2
 local DOWN = { 0.007, 0.070 }   -- and the values below which a level may step down
 local ALPHA = 0.2
 
-local S
+local conf
 local wid
 local ewma, last_sample = 0, 0
 local probing = false           -- this worker has a probe in flight
 local pending_level, pending_since = nil, 0
 
 function _M.init(settings)
-    S = settings
+    conf = settings
     wid = ngx.worker.id() or 0
 end
 
@@ -47,11 +47,11 @@ end
 
 --- Minimum reserve target and sync interval at the current level.
 function _M.reserve_min()
-    return S.min_target * RESERVE[_M.level()]
+    return conf.min_target * RESERVE[_M.level()]
 end
 
 function _M.sync_interval()
-    return S.sync_interval * SYNC[_M.level()]
+    return conf.sync_interval * SYNC[_M.level()]
 end
 
 --- A Redis round trip finished after `sec` seconds (ok or not).
@@ -65,7 +65,7 @@ local function open(err)
         log(WARN, "tollgate: redis unavailable (", err, "), failing open")
     end
     dict:set("brk:open", true)
-    dict:set("brk:until", now() + S.breaker_retry)
+    dict:set("brk:until", now() + conf.breaker_retry)
     metrics.inc('ratelimit_breaker_opened_total')
 end
 
@@ -133,7 +133,7 @@ function _M.evaluate()
         if pending_level ~= want then
             pending_level, pending_since = want, t
         end
-        if t - pending_since < S.degradation_hold then
+        if t - pending_since < conf.degradation_hold then
             return current
         end
     end
@@ -149,5 +149,10 @@ end
 function _M.latency()
     return ewma
 end
+
+-- the /metrics gauge of this node's degradation level
+metrics.add_gauges(function(gauges)
+    gauges["ratelimit_degradation_level"] = _M.level()
+end)
 
 return _M

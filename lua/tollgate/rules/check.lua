@@ -31,7 +31,7 @@ local type = type
 
 local _M = {}
 
-local S, R, SC
+local conf, redis_client, redis_scripts
 local gen = false             -- generation of the compiled set
 local current = nil           -- the generation this worker serves (config.on_generation)
 local all = {}                -- every enabled rule, in order
@@ -41,7 +41,7 @@ local memo_n = 0
 local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 
 function _M.init(settings, client, script_set)
-    S, R, SC = settings, client, script_set
+    conf, redis_client, redis_scripts = settings, client, script_set
     global.init(settings, client, script_set)
     algo.set_workers(ngx.worker.count() or 1)
 end
@@ -134,7 +134,7 @@ local function client_ip()
     if req.ip == nil then
         local remote = var.remote_addr
         local ip, bin = ipmatch.client(remote, req.headers["x-forwarded-for"],
-            S.trusted_proxies)
+            conf.trusted_proxies)
         req.ip, req.ip_bin = ip or "", bin or false
     end
     return req.ip, req.ip_bin
@@ -364,8 +364,8 @@ function _M.push_stats()
     if #args == 0 then
         return
     end
-    local res, err = R:with(S.bg_timeout_ms, function(red)
-        return scripts.run(red, SC.rule_stats, 1, keys.rule_stats(), unpack(args))
+    local res, err = redis_client:with(conf.bg_timeout_ms, function(red)
+        return scripts.run(red, redis_scripts.rule_stats, 1, keys.rule_stats(), unpack(args))
     end)
     if not res then
         ngx.log(ngx.WARN, "tollgate: rule stats push failed: ", err)

@@ -28,11 +28,11 @@ local WARN = ngx.WARN
 
 local _M = {}
 
-local S, R, SC
+local conf, redis_client, redis_scripts
 local workers = 1
 
 function _M.init(settings, client, script_set)
-    S, R, SC = settings, client, script_set
+    conf, redis_client, redis_scripts = settings, client, script_set
     workers = ngx.worker.count() or 1
 end
 
@@ -85,7 +85,7 @@ end
 _M.counter = counter
 
 local function run(red, r, rkey, want, min)
-    return scripts.run(red, SC.rule_acquire, 1, rkey, r.algorithm, r.limit, r.window,
+    return scripts.run(red, redis_scripts.rule_acquire, 1, rkey, r.algorithm, r.limit, r.window,
         r.burst or 0, want, min)
 end
 
@@ -139,7 +139,7 @@ local function renew(r, ks, units, min)
     metrics.inc('ratelimit_redis_calls_total{op="rule"}')
     update_time()
     local t0 = now()     -- Redis read its clock after this: t0 + valid ends no later than it
-    local res, err = R:with(S.op_timeout_ms, run, r, ks[9], units + extra(r), min)
+    local res, err = redis_client:with(conf.op_timeout_ms, run, r, ks[9], units + extra(r), min)
     if not res then
         metrics.inc(deg.is_open() and 'ratelimit_redis_errors_total{kind="unavailable"}'
             or 'ratelimit_redis_errors_total{kind="reply"}')
@@ -171,7 +171,7 @@ local function try(r, ks, units, t)
     local ok, rem = from_lease(ks, units, t, r.g_slice)
     if ok then
         -- running low: one request tops the batch up while the others go on spending it
-        if rem < b / 4 and b > 0 and dict:add(ks[7], true, S.op_timeout_ms / 1000 + 0.1) then
+        if rem < b / 4 and b > 0 and dict:add(ks[7], true, conf.op_timeout_ms / 1000 + 0.1) then
             _M.yielded = true
             renew(r, ks, 0, 1)
             dict:delete(ks[7])
@@ -183,7 +183,7 @@ local function try(r, ks, units, t)
         return false, neg - t, 0
     end
     _M.yielded = true
-    local limit_wait = S.op_timeout_ms / 1000 + 0.1
+    local limit_wait = conf.op_timeout_ms / 1000 + 0.1
     for _ = 1, 2 do
         if dict:add(ks[7], true, limit_wait) then
             local a, retry, remaining = renew(r, ks, units, units)

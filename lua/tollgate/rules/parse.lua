@@ -2,16 +2,18 @@
 -- into config_dict by config.reload. Every field is checked: a rule that does not parse is
 -- refused whole (the gateway keeps the last good copy of it). Pure Lua apart from load().
 local cjson = require("cjson.safe")
-local ipmatch = require("tollgate.request.ipmatch")
 local keys = require("tollgate.keys")
 local hashload = require("tollgate.config.hashload")
+local values = require("tollgate.rules.values")
 local glob = require("tollgate.rules.glob")
 
 local type = type
+local pairs = pairs
+local next = next
 local floor = math.floor
 local find = string.find
-local match = string.match
 local lower = string.lower
+local sub = string.sub
 local sort = table.sort
 local null = cjson.null
 
@@ -22,8 +24,36 @@ local ALGORITHMS = { token_bucket = true, sliding_window = true, fixed_window = 
 local ACTIONS = { reject = true, throttle = true, shadow = true }
 local UNITS = { requests = true, cost = true }
 local DISTRIBUTIONS = { node = true, global = true }
-local MATCH_FIELDS = { app_ids = true, methods = true, bucket = true, key_prefix = true,
-                       path = true, cidrs = true, headers = true }
+local METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true, OPTIONS = true,
+                  PATCH = true }
+
+-- the bounds of the API (controlplane/internal/rules, rule.go), the contract's
+local MAX_LIMIT = 1e12
+local MAX_WINDOW = 86400
+local MAX_DELAY_MS = 5000
+local MAX_PRIORITY = 1000000
+local MAX_DESCRIPTION = 512
+local MAX_LIST = 100
+local MAX_HEADERS = 20
+local MAX_PATH = 512
+local MAX_KEY_PREFIX = 1024
+local MAX_HEADER_VALUE = 256
+
+-- the JSON type of every field: what the API's strict decoding refuses as invalid_type
+local TYPES = {
+    id = "string", description = "string", scope = "string", user_key = "string",
+    match = "object", algorithm = "string", limit = "integer", window_seconds = "integer",
+    burst = "integer", unit = "string", distribution = "string", priority = "integer",
+    enabled = "boolean", effective_from = "string", effective_to = "string", action = "string",
+    throttle_max_delay_ms = "integer", created_at = "integer", updated_at = "integer",
+    updated_by = "string",
+}
+local is_array, type_ok, printable = values.is_array, values.type_ok, values.printable
+local is_header_name, cidr = values.is_header_name, values.cidr
+_M.rfc3339 = values.rfc3339
+
+local MATCH_TYPES = { app_ids = "strings", methods = "strings", bucket = "string",
+                      key_prefix = "string", path = "string", cidrs = "strings", headers = "map" }
 
 local function absent(v)
     return v == nil or v == null
@@ -33,232 +63,263 @@ local function int_in(v, lo, hi)
     return type(v) == "number" and v == floor(v) and v >= lo and v <= hi
 end
 
--- Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-local function days_from_civil(y, m, d)
-    if m <= 2 then
-        y = y - 1
+-- A present list of strings: 1 to MAX_LIST entries, each passing check (field[i], code), none
+-- twice (case-insensitive). Returns the set, or nil, field, code.
+local function string_list(v, field, check, code)
+    if #v == 0 then
+        return nil, field, "empty_list"
+    elseif #v > MAX_LIST then
+        return nil, field, "too_many"
     end
-    local era = floor(y / 400)
-    local yoe = y - era * 400
-    local mp = (m + 9) % 12
-    local doy = floor((153 * mp + 2) / 5) + d - 1
-    local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
-    return era * 146097 + doe - 719468
-end
-
---- Unix seconds of an RFC 3339 timestamp ("2026-11-21T00:00:00Z", "...T08:00:00.5+08:00").
-function _M.rfc3339(s)
-    if type(s) ~= "string" then
-        return nil
-    end
-    local y, mo, d, h, mi, sec, frac, zone = match(s,
-        "^(%d%d%d%d)%-(%d%d)%-(%d%d)[Tt ](%d%d):(%d%d):(%d%d)(%.?%d*)(.*)$")
-    if not y then
-        return nil
-    end
-    y, mo, d, h, mi, sec = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi),
-        tonumber(sec)
-    if mo < 1 or mo > 12 or d < 1 or d > 31 or h > 23 or mi > 59 or sec > 60 then
-        return nil
-    end
-    if frac ~= "" and frac ~= "." then
-        sec = sec + tonumber("0" .. frac)
-    elseif frac == "." then
-        return nil
-    end
-    local off = 0
-    if zone ~= "Z" and zone ~= "z" then
-        local sign, zh, zm = match(zone, "^([+-])(%d%d):(%d%d)$")
-        if not sign then
-            return nil
-        end
-        off = (tonumber(zh) * 60 + tonumber(zm)) * 60
-        if sign == "-" then
-            off = -off
-        end
-    end
-    return days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off
-end
-
-local function string_list(v, check)
-    if type(v) ~= "table" or #v == 0 or #v > 1000 then
-        return nil
-    end
-    local set = {}
     for i = 1, #v do
-        if type(v[i]) ~= "string" or (check and not check(v[i])) then
-            return nil
+        if not check(v[i]) then
+            return nil, field .. "[" .. (i - 1) .. "]", code
         end
+    end
+    local set, seen = {}, {}
+    for i = 1, #v do
+        if seen[lower(v[i])] then
+            return nil, field, "duplicate"
+        end
+        seen[lower(v[i])] = true
         set[v[i]] = true
     end
     return set
 end
 
-local function is_method(s) return find(s, "^[A-Z]+$") ~= nil and #s <= 16 end
-local function is_header_name(s) return find(s, "^[%w%-_]+$") ~= nil and #s <= 128 end
+-- what is wrong with a path glob (Go's globProblem), or nil
+local function bad_glob(p)
+    return sub(p, 1, 1) ~= "/" or #p > MAX_PATH or find(p, "[^\33-\126]") or find(p, "[?#]")
+        or find(p, "***", 1, true)
+end
 
 local function parse_match(m, r)
-    if absent(m) then
-        return true
-    end
-    if type(m) ~= "table" then
-        return nil, "match"
-    end
     for k in pairs(m) do
-        if not MATCH_FIELDS[k] then
-            return nil, "match." .. tostring(k)
+        if not MATCH_TYPES[k] then
+            return nil, "match." .. tostring(k), "unknown_field"
         end
     end
+    for k, t in pairs(MATCH_TYPES) do
+        if not absent(m[k]) and not type_ok(m[k], t) then
+            return nil, "match." .. k, "invalid_type"
+        end
+    end
+    local field, code
     if not absent(m.app_ids) then
-        r.app_ids = string_list(m.app_ids, keys.valid_id)
+        r.app_ids, field, code = string_list(m.app_ids, "match.app_ids", keys.valid_id,
+            "invalid_app_id")
         if not r.app_ids then
-            return nil, "match.app_ids"
+            return nil, field, code
         end
     end
     if not absent(m.methods) then
-        r.methods = string_list(m.methods, is_method)
+        r.methods, field, code = string_list(m.methods, "match.methods",
+            function(x) return METHODS[x] end, "invalid_method")
         if not r.methods then
-            return nil, "match.methods"
+            return nil, field, code
         end
     end
-    for _, f in ipairs({ "bucket", "key_prefix", "path" }) do
-        local v = m[f]
-        if not absent(v) then
-            if type(v) ~= "string" or v == "" or #v > 1024 or (f == "path" and v:sub(1, 1) ~= "/")
-                    or (f == "bucket" and find(v, "/", 1, true)) then
-                return nil, "match." .. f
-            end
-            r[f] = v
+    if not absent(m.bucket) then
+        if #m.bucket > 255 or not find(m.bucket, "^[%w%._%-]+$") then
+            return nil, "match.bucket", "invalid_bucket"
         end
+        r.bucket = m.bucket
     end
-    if r.path then
-        r.path_glob = glob.compile(r.path)     -- rules.glob: linear in the URI
+    if not absent(m.key_prefix) then
+        if m.key_prefix == "" or not printable(m.key_prefix, MAX_KEY_PREFIX) then
+            return nil, "match.key_prefix", "invalid_key_prefix"
+        end
+        r.key_prefix = m.key_prefix
+    end
+    if not absent(m.path) then
+        if bad_glob(m.path) then
+            return nil, "match.path", "invalid_path"
+        end
+        r.path, r.path_glob = m.path, glob.compile(m.path)     -- rules.glob: linear in the URI
     end
     if not absent(m.cidrs) then
-        if not string_list(m.cidrs) then
-            return nil, "match.cidrs"
+        local _
+        _, field, code = string_list(m.cidrs, "match.cidrs", cidr, "invalid_cidr")
+        if field then
+            return nil, field, code
         end
         r.cidrs = {}
         for i, c in ipairs(m.cidrs) do
-            r.cidrs[i] = ipmatch.parse_cidr(c)
-            if not r.cidrs[i] then
-                return nil, "match.cidrs"
-            end
+            r.cidrs[i] = cidr(c)
         end
     end
     if not absent(m.headers) then
-        if type(m.headers) ~= "table" or next(m.headers) == nil then
-            return nil, "match.headers"
+        local names = {}
+        for k in pairs(m.headers) do
+            names[#names + 1] = k
         end
+        if #names == 0 then
+            return nil, "match.headers", "empty_list"
+        elseif #names > MAX_HEADERS then
+            return nil, "match.headers", "too_many"
+        end
+        sort(names)
+        local seen = {}
         r.headers = {}
-        for k, v in pairs(m.headers) do
-            if type(k) ~= "string" or not is_header_name(k) or type(v) ~= "string" then
-                return nil, "match.headers"
+        for _, k in ipairs(names) do
+            if not is_header_name(k) then
+                return nil, "match.headers", "invalid_header"
+            elseif seen[lower(k)] then
+                return nil, "match.headers", "duplicate"
+            elseif not printable(m.headers[k], MAX_HEADER_VALUE) then
+                return nil, "match.headers." .. k, "invalid_header"
             end
-            r.headers[#r.headers + 1] = { lower(k), v }
+            seen[lower(k)] = true
+            r.headers[#r.headers + 1] = { lower(k), m.headers[k] }
         end
-        sort(r.headers, function(a, b) return a[1] < b[1] end)
+    end
+    if r.scope == "endpoint" and not (r.app_ids or r.methods or r.bucket or r.key_prefix or r.path
+            or r.cidrs or r.headers) then
+        return nil, "match", "endpoint_needs_match"
     end
     return true
 end
 
-local function parse_time(r, c, f)
-    if absent(c[f]) then
-        return true
+-- An enumerated field: required (no default) or defaulted; nil, field, code when bad.
+local function enum(c, f, allowed, default)
+    local v = c[f]
+    if absent(v) then
+        if default == nil then
+            return nil, f, "required"
+        end
+        return default
     end
-    r[f] = _M.rfc3339(c[f])
-    return r[f] ~= nil
+    if not allowed[v] then
+        return nil, f, "invalid_" .. f
+    end
+    return v
 end
 
---- Check and compile one rule. Returns the rule table or nil, field (the first bad field).
-function _M.parse(id, json)
-    local c = type(json) == "string" and cjson.decode(json) or nil
-    if type(c) ~= "table" then
-        return nil, "json"
-    end
-    if not keys.valid_id(id) or c.id ~= id then
-        return nil, "id"
-    end
-    local r = { id = id }
-    if not SCOPES[c.scope] then
-        return nil, "scope"
-    end
-    r.scope = c.scope
-    if r.scope == "user" then
-        local uk = c.user_key
-        if uk == "s3_access_key" then
-            r.user_s3 = true
-        elseif type(uk) == "string" and find(uk, "^header:") and is_header_name(uk:sub(8)) then
-            r.user_header = lower(uk:sub(8))
-        else
-            return nil, "user_key"
+local function user_key(r, c)
+    local uk = absent(c.user_key) and "" or c.user_key
+    if r.scope ~= "user" then
+        if uk ~= "" then
+            return nil, "user_key", "user_key_not_allowed"
         end
-    elseif not absent(c.user_key) then
-        return nil, "user_key"
+        return true
     end
-    local ok, field = parse_match(c.match, r)
-    if not ok then
-        return nil, field
+    if uk == "" then
+        return nil, "user_key", "required"
+    elseif uk == "s3_access_key" then
+        r.user_s3 = true
+    elseif sub(uk, 1, 7) == "header:" and is_header_name(sub(uk, 8)) then
+        r.user_header = lower(sub(uk, 8))
+    else
+        return nil, "user_key", "invalid_user_key"
     end
-    if not ALGORITHMS[c.algorithm] then
-        return nil, "algorithm"
-    end
-    r.algorithm = c.algorithm
-    if type(c.limit) ~= "number" or c.limit < 1 or c.limit > 1e12 or c.limit ~= floor(c.limit) then
-        return nil, "limit"
+    return true
+end
+
+local function numbers(r, c)
+    if absent(c.limit) then
+        return nil, "limit", "required"
+    elseif not int_in(c.limit, 1, MAX_LIMIT) then
+        return nil, "limit", "invalid_limit"
     end
     r.limit = c.limit
-    if not int_in(c.window_seconds, 1, 86400) then
-        return nil, "window_seconds"
+    if absent(c.window_seconds) then
+        return nil, "window_seconds", "required"
+    elseif not int_in(c.window_seconds, 1, MAX_WINDOW) then
+        return nil, "window_seconds", "invalid_window"
     end
     r.window = c.window_seconds
-    if r.algorithm == "token_bucket" then
-        if absent(c.burst) then
-            r.burst = r.limit
-        elseif int_in(c.burst, 1, 1e12) then
-            r.burst = c.burst
-        else
-            return nil, "burst"
-        end
-    elseif not absent(c.burst) then
-        return nil, "burst"
-    end
-    r.unit = absent(c.unit) and "requests" or c.unit
-    if not UNITS[r.unit] then
-        return nil, "unit"
-    end
-    r.distribution = absent(c.distribution) and "node" or c.distribution
-    if not DISTRIBUTIONS[r.distribution] then
-        return nil, "distribution"
-    end
     r.priority = absent(c.priority) and 100 or c.priority
-    if not int_in(r.priority, -1e9, 1e9) then
-        return nil, "priority"
+    if not int_in(r.priority, 0, MAX_PRIORITY) then
+        return nil, "priority", "invalid_priority"
     end
-    if absent(c.enabled) then
-        r.enabled = true
-    elseif type(c.enabled) == "boolean" then
-        r.enabled = c.enabled
-    else
-        return nil, "enabled"
-    end
-    if not parse_time(r, c, "effective_from") then
-        return nil, "effective_from"
-    end
-    if not parse_time(r, c, "effective_to") then
-        return nil, "effective_to"
-    end
-    r.action = absent(c.action) and "reject" or c.action
-    if not ACTIONS[r.action] then
-        return nil, "action"
-    end
-    if r.action == "throttle" then
-        if not int_in(c.throttle_max_delay_ms, 1, 5000) then
-            return nil, "throttle_max_delay_ms"
+    if r.algorithm ~= "token_bucket" then
+        if not absent(c.burst) then
+            return nil, "burst", "burst_not_allowed"
         end
-        r.max_delay = c.throttle_max_delay_ms / 1000
-    elseif not absent(c.throttle_max_delay_ms) then
-        return nil, "throttle_max_delay_ms"
+    elseif absent(c.burst) then
+        r.burst = r.limit
+    elseif not int_in(c.burst, 1, MAX_LIMIT) then
+        return nil, "burst", "invalid_burst"
+    else
+        r.burst = c.burst
+    end
+    return true
+end
+
+local function times_and_action(r, c)
+    for _, f in ipairs({ "effective_from", "effective_to" }) do
+        if not absent(c[f]) then
+            r[f] = _M.rfc3339(c[f])
+            if not r[f] then
+                return nil, f, "invalid_time"
+            end
+        end
+    end
+    if r.effective_from and r.effective_to and r.effective_from >= r.effective_to then
+        return nil, "effective_to", "empty_interval"
+    end
+    local d = c.throttle_max_delay_ms
+    if r.action == "throttle" then
+        if absent(d) then
+            return nil, "throttle_max_delay_ms", "required"
+        elseif not int_in(d, 1, MAX_DELAY_MS) then
+            return nil, "throttle_max_delay_ms", "invalid_throttle_delay"
+        end
+        r.max_delay = d / 1000
+    elseif not absent(d) then
+        return nil, "throttle_max_delay_ms", "throttle_delay_not_allowed"
+    end
+    return true
+end
+
+--- Check and compile one rule stored under id. Returns the rule table, or nil, field, reason
+-- (the first bad field, with the API's field path and reason code; testdata/rules/ is the
+-- corpus the gateway, the API and the console share).
+function _M.parse(id, json)
+    local c = type(json) == "string" and cjson.decode(json) or nil
+    if type(c) ~= "table" or is_array(c) and next(c) ~= nil then
+        return nil, "json", "invalid_json"
+    end
+    for f, t in pairs(TYPES) do
+        if not absent(c[f]) and not type_ok(c[f], t) then
+            return nil, f, "invalid_type"
+        end
+    end
+    if absent(c.id) then
+        return nil, "id", "required"
+    elseif not keys.valid_id(c.id) then
+        return nil, "id", "invalid_id"
+    elseif c.id ~= id then
+        return nil, "id", "id_mismatch"
+    end
+    if not absent(c.description) and not printable(c.description, MAX_DESCRIPTION) then
+        return nil, "description", "invalid_description"
+    end
+    local r = { id = id, enabled = c.enabled ~= false }
+    local field, code
+    for _, e in ipairs({ { "scope", SCOPES }, { "algorithm", ALGORITHMS },
+                         { "unit", UNITS, "requests" }, { "distribution", DISTRIBUTIONS, "node" },
+                         { "action", ACTIONS, "reject" } }) do
+        r[e[1]], field, code = enum(c, e[1], e[2], e[3])
+        if not r[e[1]] then
+            return nil, field, code
+        end
+    end
+    for _, step in ipairs({ user_key, numbers, times_and_action }) do
+        local ok
+        ok, field, code = step(r, c)
+        if not ok then
+            return nil, field, code
+        end
+    end
+    if not absent(c.match) then
+        local ok
+        ok, field, code = parse_match(c.match, r)
+        if not ok then
+            return nil, field, code
+        end
+    elseif r.scope == "endpoint" then
+        return nil, "match", "endpoint_needs_match"
     end
     return r
 end

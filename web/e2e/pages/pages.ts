@@ -32,6 +32,11 @@ export class Shell {
     return (await byTest(this.page, 'role').textContent())?.trim() ?? ''
   }
 
+  /** The footer's build line, "tollgate <version>". */
+  async buildVersion(): Promise<string> {
+    return (await byTest(this.page, 'build-version').textContent())?.trim() ?? ''
+  }
+
   emergencyBanner(): Locator {
     return byTest(this.page, 'emergency-banner')
   }

@@ -67,6 +67,12 @@ describe('API modules', () => {
     expect(page).toEqual({ entries: [{ id: '1-0' }], next_cursor: '1-0' })
   })
 
+  it('asks for the anonymous audit stream', async () => {
+    const f = mockFetch(json(200, { data: [], meta: { count: 0 } }))
+    await audit.query({ stream: 'anonymous', limit: 50 })
+    expect(f.calls[0]?.url).toBe('/api/v1/audit?stream=anonymous&limit=50')
+  })
+
   it('updates users by name', async () => {
     const f = mockFetch(json(200, { data: {} }))
     await users.update('bob', { role: 'operator' })

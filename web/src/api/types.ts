@@ -451,6 +451,8 @@ export interface AuditEntry {
 }
 
 export interface AuditQuery {
+  /** authenticated (default) or anonymous: requests refused before authentication */
+  stream?: 'authenticated' | 'anonymous'
   actor?: string
   action?: string
   resource?: string

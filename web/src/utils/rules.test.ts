@@ -87,7 +87,8 @@ describe('validateRule mirrors the API', () => {
     expect(fields({ ...BASE, priority: -1 })).toEqual(['priority'])
     expect(fields({ ...BASE, priority: 1000001 })).toEqual(['priority'])
     expect(fields({ ...BASE, priority: 0 })).toEqual([])
-    expect(fields({ ...BASE, algorithm: 'token_bucket', limit: 10, burst: 9 })).toEqual(['burst'])
+    // a smoothing bucket: a capacity below the limit (contract §8, testdata/rules)
+    expect(fields({ ...BASE, algorithm: 'token_bucket', limit: 10, burst: 9 })).toEqual([])
     expect(fields({ ...BASE, description: 'x'.repeat(513) })).toEqual(['description'])
     expect(fields({ ...BASE, description: 'tab\there' })).toEqual(['description'])
     expect(fields({ ...BASE, action: 'drop' as RuleInput['action'] })).toEqual(['action'])
@@ -118,7 +119,7 @@ describe('validateRule mirrors the API', () => {
     expect(m({ headers: { 'X-A': 'x'.repeat(257) } })).toEqual(['match.headers.X-A'])
     expect(m({ path: '/photos/**', bucket: 'photos', key_prefix: 'a/' })).toEqual([])
     expect(fields({ ...BASE, scope: 'endpoint' })).toEqual(['match'])
-    expect(fields({ ...BASE, scope: 'endpoint', match: { app_ids: ['a'] } })).toEqual(['match'])
+    expect(fields({ ...BASE, scope: 'endpoint', match: { app_ids: ['a'] } })).toEqual([])
     expect(fields({ ...BASE, scope: 'endpoint', match: { path: '/x/*' } })).toEqual([])
   })
 

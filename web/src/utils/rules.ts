@@ -332,8 +332,6 @@ export function validateRule(body: RuleInput): Violation[] {
       // an unknown algorithm is its own violation
     } else if (!inRange(r.burst, 1, MAX_LIMIT)) {
       out.push(v('burst', 'invalid_burst', `burst must be a whole number from 1 to ${MAX_LIMIT}`))
-    } else if (isInt(r.limit) && r.limit >= 1 && r.burst < r.limit) {
-      out.push(v('burst', 'burst_below_limit', `burst must be at least limit (${r.limit})`))
     }
   }
   if (r.unit !== undefined && !(RULE_UNITS as readonly string[]).includes(r.unit)) out.push(v('unit', 'invalid_unit', 'unit must be requests or cost'))
@@ -436,9 +434,8 @@ function validateMatch(r: RuleInput): Violation[] {
       }
     }
   }
-  if (r.scope === 'endpoint' && m.methods === undefined && m.bucket === undefined && m.key_prefix === undefined &&
-    m.path === undefined) {
-    out.push(v('match', 'endpoint_needs_match', 'scope endpoint needs match.methods, bucket, key_prefix or path'))
+  if (r.scope === 'endpoint' && Object.values(m).every((x) => x === undefined || x === null)) {
+    out.push(v('match', 'endpoint_needs_match', 'scope endpoint needs a match field to select the endpoint'))
   }
   return out
 }

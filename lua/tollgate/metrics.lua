@@ -24,6 +24,8 @@ local HELP = {
     ratelimit_l3_hits_total = { "counter", "Requests admitted from the local lease." },
     ratelimit_l3_misses_total = { "counter", "Requests that found the local lease empty." },
     ratelimit_l3_cache_hit_ratio = { "gauge", "Local hits / (hits + misses) on this node." },
+    ratelimit_sync_apps_visited = { "gauge",
+        "Apps the last sync tick visited (those with local state on this node)." },
     ratelimit_l3_tokens = { "gauge", "Tokens held in the local lease by app." },
     ratelimit_l3_debt = { "gauge", "Post-hoc charges the lease could not cover, by app." },
     ratelimit_l3_reserve_target = { "gauge", "Adaptive reserve target of the local lease by app." },

@@ -15,6 +15,7 @@ function _M.keys(id)
     end
     local p = "app:" .. id .. ":"
     k = {
+        id = id,
         tokens = p .. "tokens",                 -- lease held by this node
         pending = p .. "pending",               -- lease admissions not yet reported (packed)
         pending_cost = p .. "pending_cost",     -- other consumption not yet reported

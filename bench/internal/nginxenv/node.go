@@ -34,6 +34,9 @@ type Options struct {
 	RedisURL string // tollgate variants
 	NodeID   string // tollgate variants
 	AppID    string // value of the app header
+	// ReadyTimeout bounds the wait for a loaded config and a proxied request (default 15 s;
+	// the scale benchmark's nodes load 100,000 apps)
+	ReadyTimeout time.Duration
 }
 
 // Node is one running nginx.
@@ -46,6 +49,7 @@ type Node struct {
 	app        string
 	p          *proc.Process
 	client     *http.Client
+	ready      time.Duration
 }
 
 // Start renders the variant into o.Prefix, starts nginx and waits until it proxies a request
@@ -87,6 +91,10 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metrics),
 		Prefix:     o.Prefix, app: o.AppID, p: p,
 		client: &http.Client{Timeout: 2 * time.Second},
+		ready:  o.ReadyTimeout,
+	}
+	if n.ready <= 0 {
+		n.ready = readyTimeout
 	}
 	if err := n.waitReady(ctx); err != nil {
 		n.Stop()
@@ -140,11 +148,11 @@ func (n *Node) Probe(ctx context.Context) string {
 
 func (n *Node) waitReady(ctx context.Context) error {
 	if n.Variant.Tollgate() {
-		if err := n.p.Poll(ctx, readyTimeout, pollEvery, n.configLoaded); err != nil {
+		if err := n.p.Poll(ctx, n.ready, pollEvery, n.configLoaded); err != nil {
 			return fmt.Errorf("nginxenv: %s: /health: %w", n.Variant.Name, err)
 		}
 	}
-	if err := n.p.Poll(ctx, readyTimeout, pollEvery, n.proxies); err != nil {
+	if err := n.p.Poll(ctx, n.ready, pollEvery, n.proxies); err != nil {
 		return fmt.Errorf("nginxenv: %s: %s: %w", n.Variant.Name, ObjectPath, err)
 	}
 	return nil

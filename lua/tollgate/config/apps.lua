@@ -187,6 +187,25 @@ function _M.app_ids()
     return ids_cache
 end
 
+local clusters_cache, clusters_version = {}, nil
+
+--- The clusters of the configured apps (a list, computed once per config generation).
+function _M.clusters()
+    local v = get_generation()
+    if v ~= clusters_version then
+        local seen, list = {}, {}
+        for _, id in ipairs(_M.app_ids()) do
+            local a = _M.app(id)
+            if a and not seen[a.cluster] then
+                seen[a.cluster] = a
+                list[#list + 1] = a
+            end
+        end
+        clusters_cache, clusters_version = list, v
+    end
+    return clusters_cache
+end
+
 --- The reason the config store is not the one this gateway knew (epoch_missing,
 -- epoch_changed, version_backwards), nil while it is.
 function _M.store_lost()

@@ -12,6 +12,7 @@
 local keys = require("tollgate.keys")
 local rredis = require("tollgate.redis.client")
 local config = require("tollgate.config.apps")
+local active = require("tollgate.lease.active")
 local metrics = require("tollgate.metrics")
 local response = require("tollgate.request.response")
 local limits = require("tollgate.conn.config")
@@ -212,7 +213,7 @@ end
 -- to aggregate across nodes.
 local function report()
     local rows = {}
-    for _, id in ipairs(config.app_ids()) do
+    for _, id in ipairs(active.list()) do   -- apps with local state, not every app
         local a = config.app(id)
         local cur = a and dict:get("ca:" .. id)
         if cur then
@@ -248,7 +249,7 @@ end
 -- /metrics gauges, read at scrape time.
 local function gauges(g)
     local clusters = {}
-    for _, id in ipairs(config.app_ids()) do
+    for _, id in ipairs(active.list()) do   -- apps with local state, not every app
         local a = config.app(id)
         local cur = a and dict:get("ca:" .. id)
         if cur then

@@ -6,6 +6,7 @@ local shm = require("tollgate.shm")
 local scripts = require("tollgate.redis.scripts")
 local metrics = require("tollgate.metrics")
 local deg = require("tollgate.redis.degradation")
+local active = require("tollgate.lease.active")
 local sync = require("tollgate.lease.sync")
 local config = require("tollgate.config.apps")
 
@@ -31,9 +32,10 @@ function _M.init(settings, client, script_set)
     conf, redis_client, redis_scripts = settings, client, script_set
 end
 
--- the /metrics gauges of this node's leases
+-- the /metrics gauges of this node's leases: the apps with local state (not every app)
 metrics.add_gauges(function(gauges)
-    for _, id in ipairs(config.app_ids()) do
+    gauges["ratelimit_sync_apps_visited"] = dict:get("sync:visited") or 0
+    for _, id in ipairs(active.list()) do
         local k = K(id)
         local t = dict:get(k.tokens)
         if t then
@@ -71,6 +73,7 @@ local function credit(k, granted)
     if rest > 0 then
         dict:incr(k.tokens, rest, 0)
     end
+    active.mark(k.id)   -- the node holds a lease of the app: the timers visit it
     return rest
 end
 
@@ -152,7 +155,9 @@ local function fail_open(a, k, cost)
     local sec_key = k.fail_open .. ":" .. floor(now())
     local v = dict:incr(sec_key, cost, 0, 2)
     if v and v <= conf.fail_open_rate then
-        dict:incr(k.fail_open, cost, 0)
+        if dict:incr(k.fail_open, cost, 0) == cost then
+            active.mark(a.id)   -- the first unreported fail-open admission
+        end
         metrics.inc('ratelimit_fail_open_total{app_id="' .. a.id .. '"}')
         return true, conf.fail_open_rate - v, "fail_open"
     end
@@ -328,10 +333,11 @@ function _M.charge(a, amount, source)
         return
     end
     local took = take(k.tokens, amount)
+    dict:incr(k.pending_cost, amount, 0)
     if took < amount then
         dict:incr(k.debt, amount - took, 0)
+        active.mark(a.id)   -- local debt (the lease may be gone): reported and paid later
     end
-    dict:incr(k.pending_cost, amount, 0)
 end
 
 --- Give `amount` back to the lease: an estimate that was too high (the request itself stays
@@ -347,6 +353,7 @@ function _M.refund(a, amount, source)
         dict:incr(k.tokens, amount, 0)
         dict:incr(k.pending_cost, -amount, 0)
     end
+    active.mark(a.id)
 end
 
 --- Return the charge of a cancelled request to the lease (Req 13, Property 8).
@@ -358,6 +365,7 @@ function _M.rollback(a, cost, source)
         dict:incr(k.tokens, cost, 0)
         add_pending(k, -cost, -1)
     end
+    active.mark(a.id)
     dict:incr(k.rollback_count, 1, 0)
     metrics.inc('ratelimit_rollbacks_total{app_id="' .. a.id .. '"}')
     log(ngx.INFO, "tollgate: rolled back ", cost, " tokens of ", a.id)

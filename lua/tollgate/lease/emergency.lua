@@ -87,18 +87,13 @@ end
 
 --- Poll the emergency state of every cluster the node knows (red: a Redis connection).
 function _M.refresh(red)
-    local seen = {}
-    for _, id in ipairs(config.app_ids()) do
-        local a = config.app(id)
-        if a and not seen[a.cluster] then
-            seen[a.cluster] = true
-            local v, err = red:hmget(a.k_l1, "emergency_mode", "emergency_until",
-                "emergency_reason")
-            if not v then
-                return nil, err
-            end
-            _M.apply(a.cluster, v[1] == "1", tonumber(v[2]), v[3] ~= ngx.null and v[3] or nil)
+    -- one app of each cluster (config.clusters: computed once per config generation)
+    for _, a in ipairs(config.clusters()) do
+        local v, err = red:hmget(a.k_l1, "emergency_mode", "emergency_until", "emergency_reason")
+        if not v then
+            return nil, err
         end
+        _M.apply(a.cluster, v[1] == "1", tonumber(v[2]), v[3] ~= ngx.null and v[3] or nil)
     end
     return true
 end

@@ -9,6 +9,8 @@ local metrics = require("tollgate.metrics")
 local config = require("tollgate.config.apps")
 local deg = require("tollgate.redis.degradation")
 local emergency = require("tollgate.lease.emergency")
+local active = require("tollgate.lease.active")
+local conn_dict = ngx.shared.connlimit_dict   -- the requests in flight per app, ca:<app>
 
 local dict = shm.dict
 local K = shm.keys
@@ -208,9 +210,26 @@ local function upkeep(a, t, dt)
     return { a, k, inflight }
 end
 
+local function pending_zero(k)
+    local c, n = shm.peek_pending(k)
+    return c == 0 and n == 0
+end
+
+-- An app leaves the active set once it has had no traffic for a while and nothing of it is
+-- left to report: its lease returned, every report acknowledged, no request in flight. (Local
+-- debt stays in the dict and is paid by the app's next grant, which makes it join again.)
+local function forgettable(k)
+    return (dict:get(k.tokens) or 0) == 0 and not dict:get(k.inflight)
+        and (conn_dict:get("ca:" .. k.id) or 0) == 0
+        and (dict:get(k.give_back) or 0) == 0 and (dict:get(k.fail_open) or 0) == 0
+        and pending_zero(k)
+end
+
 local last_tick = nil
 
---- One tick of worker 0: upkeep of every known app, then their reports on one connection.
+--- One tick of worker 0: upkeep of every app with local state on this node (tollgate.lease.
+--- active: the work follows the apps with traffic here, not the configured apps), then their
+--- reports on one connection.
 function _M.tick()
     ngx.update_time()
     local t = now()
@@ -220,15 +239,28 @@ function _M.tick()
     end
     last_tick = t
     local batch = {}
-    for _, id in ipairs(config.app_ids()) do
+    local visited = 0
+    local quiet_after = conf.idle_return_after + HEARTBEAT
+    active.each(function(id)
+        visited = visited + 1
         local a = config.app(id)
-        if a then
-            local b = upkeep(a, t, dt)
-            if b then
-                batch[#batch + 1] = b
+        if not a then
+            return
+        end
+        local b = upkeep(a, t, dt)
+        if b then
+            batch[#batch + 1] = b
+            return
+        end
+        local st = state[id]
+        if st and t - st.last_active >= quiet_after and t - st.last_report >= HEARTBEAT then
+            local k = K(id)
+            if active.forget(id, function() return forgettable(k) end) then
+                state[id] = nil
             end
         end
-    end
+    end)
+    dict:set("sync:visited", visited)
     if #batch > 0 and deg.allow_background() then
         send_all(batch)
     end

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"tollgate/bench/internal/nginxenv"
+	"tollgate/bench/internal/proc"
+	"tollgate/bench/internal/redisenv"
+	"tollgate/bench/internal/wrk"
+	"tollgate/internal/scripts"
+	"tollgate/internal/store"
+)
+
+// row is what one N measured.
+type row struct {
+	apps         int
+	createRate   float64       // apps per second created through the store
+	loadTime     time.Duration // fresh node: start → config loaded and proxying
+	known        int           // apps of the random sample the node knows
+	sample       int
+	reqPerSec    float64 // wrk on one app
+	p99          time.Duration
+	refused      int64 // non-2xx answers during the wrk run
+	failOpen     float64
+	propP50      time.Duration // API 2xx → enforced on the node
+	propMax      time.Duration
+	propLost     int // changes not enforced within propTimeout
+	workerMem    int64
+	cpRSS        int64
+	redisMem     int64
+	idleNginx    float64 // % of one core
+	idleRedis    float64
+	idleCP       float64
+	putP50       time.Duration
+	putP99       time.Duration
+	putErrors    int64
+	listP50      time.Duration
+	listP99      time.Duration
+	listErrors   int64
+	zoneFullWarn bool // the node's error.log says a shared dict was full
+}
+
+const (
+	clusterID   = "scale"
+	benchApp    = "bench"
+	propTimeout = 30 * time.Second
+	adminPass   = "scale-bench-password-1"
+	idleWindow  = 5 * time.Second
+)
+
+func appID(i int) string { return fmt.Sprintf("app-%06d", i) }
+
+func measure(ctx context.Context, o options, n int) (row, error) {
+	r := row{apps: n, sample: o.sample}
+	dir, err := os.MkdirTemp("", "tollgate-scale-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // nginx workers (nobody under root) read the prefix
+		return r, err
+	}
+	for _, d := range []string{"redis", "gateway", "backups"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return r, err
+		}
+	}
+	o.logf("%d apps: redis-server", n)
+	rs, err := redisenv.Start(ctx, filepath.Join(dir, "redis"))
+	if err != nil {
+		return r, err
+	}
+	defer rs.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), PoolSize: 2 * o.writers})
+	defer rdb.Close()
+
+	o.logf("%d apps: creating them through the store (%d writers)", n, o.writers)
+	if r.createRate, err = seed(ctx, rdb, n, o.writers); err != nil {
+		return r, err
+	}
+
+	o.logf("%d apps: control plane", n)
+	cp, err := startControlPlane(ctx, o, dir, rs.URL())
+	if err != nil {
+		return r, err
+	}
+	defer cp.stop()
+
+	o.logf("%d apps: a fresh gateway node loads them", n)
+	start := time.Now()
+	node, err := nginxenv.Start(ctx, nginxenv.Options{
+		Variant: nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease},
+		Repo:    o.repo, Prefix: filepath.Join(dir, "gateway"), Workers: o.workers,
+		RedisURL: rs.URL(), NodeID: "scale-1", AppID: benchApp, ReadyTimeout: o.ready,
+	})
+	if err != nil {
+		return r, err
+	}
+	defer node.Stop()
+	r.loadTime = time.Since(start)
+	// the bench app answers from the first config read; wait until the node holds all it can
+	// (the count of known sample apps stops growing) before probing
+	r.known = probeKnown(ctx, node, n, o.sample)
+
+	o.logf("%d apps: idle CPU over %s", n, idleWindow)
+	r.idleNginx, r.idleRedis, r.idleCP = idleCPU(node.PID(), rs.PID(), cp.pid())
+
+	o.logf("%d apps: wrk on one app for %s", n, o.duration)
+	fo0 := scrape(ctx, node.MetricsURL, "ratelimit_fail_open_total")
+	res, err := wrk.Run(ctx, wrk.Options{Threads: 1, Connections: o.connections, Duration: o.duration,
+		Headers: []string{nginxenv.AppHeader + ": " + benchApp}, URL: node.URL()})
+	if err != nil {
+		return r, err
+	}
+	r.reqPerSec, r.p99, r.refused = res.ReqPerSec, res.P99, res.Non2xx
+	r.failOpen = scrape(ctx, node.MetricsURL, "ratelimit_fail_open_total") - fo0
+
+	o.logf("%d apps: %d changes through the API, timed until the node enforces them", n, o.changes)
+	api := newAPI(cp.base, o.writers)
+	if err := api.login(adminPass); err != nil {
+		return r, err
+	}
+	r.propP50, r.propMax, r.propLost = propagation(ctx, api, node, o.changes)
+
+	if o.apiPhase > 0 {
+		o.logf("%d apps: API phases (%d clients, %s each)", n, o.writers, o.apiPhase)
+		var seq atomic.Int64
+		put := func() bool {
+			i := 1 + int(seq.Add(1))%(n-1)
+			body := fmt.Sprintf(`{"burst_quota":%d}`, 5000+seq.Load()%50)
+			return api.do("PUT", "/api/v1/apps/"+appID(i), []byte(body), 200)
+		}
+		pr := phase(o.writers, o.apiPhase, put)
+		r.putP50, r.putP99, r.putErrors = pr.p50, pr.p99, pr.errors
+		list := func() bool { return api.do("GET", "/api/v1/apps?page=1&limit=20", nil, 200) }
+		lr := phase(o.writers, o.apiPhase, list)
+		r.listP50, r.listP99, r.listErrors = lr.p50, lr.p99, lr.errors
+	}
+
+	r.workerMem = maxWorkerPrivate(node.PID())
+	r.cpRSS = rss(cp.pid())
+	r.redisMem = redisUsedMemory(ctx, rdb)
+	r.zoneFullWarn = zoneFull(node.ErrorLog())
+	o.logf("%d apps: done", n)
+	return r, nil
+}
+
+// seed creates the cluster, the bench app (far more quota than the machine can spend) and n-1
+// small apps through the store, with `writers` concurrent writers; it returns apps per second.
+func seed(ctx context.Context, rdb *redis.Client, n, writers int) (float64, error) {
+	set, err := scripts.New()
+	if err != nil {
+		return 0, err
+	}
+	st := store.New(rdb, set)
+	if _, err := st.PutCluster(ctx, store.Cluster{ID: clusterID, Capacity: 1 << 40, ReservedRatio: 0.1}); err != nil {
+		return 0, err
+	}
+	if _, err := st.PutApp(ctx, store.App{AppID: benchApp, ClusterID: clusterID, GuaranteedQuota: 5_000_000,
+		BurstQuota: 20_000_000, Priority: 0, CBw: 1, Enabled: true}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1))
+				if i >= n {
+					return
+				}
+				a := store.App{AppID: appID(i), ClusterID: clusterID, GuaranteedQuota: 1000,
+					BurstQuota: 5000, Priority: i % 4, CBw: 1, Enabled: true}
+				if _, err := st.PutApp(ctx, a); err != nil {
+					errs <- fmt.Errorf("create %s: %w", a.AppID, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(n-1) / time.Since(start).Seconds(), nil
+}
+
+// probeKnown asks the node for `sample` random apps (after the load settled: two rounds in a
+// row that know as many) and returns how many it knows (any answer but 403 unknown_app).
+func probeKnown(ctx context.Context, node *nginxenv.Node, n, sample int) int {
+	rng := rand.New(rand.NewSource(1))
+	ids := make([]string, sample)
+	for i := range ids {
+		ids[i] = appID(1 + rng.Intn(n-1))
+	}
+	prev := -1
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		known := 0
+		for _, id := range ids {
+			status, body := get(ctx, node.URL(), id)
+			if !(status == 403 && containsReason(body, "unknown_app")) {
+				known++
+			}
+		}
+		if known == prev || known == sample || time.Now().After(deadline) {
+			return known
+		}
+		prev = known
+		time.Sleep(time.Second)
+	}
+}
+
+// idleCPU is the CPU the three processes (nginx with its workers) use over idleWindow with no
+// traffic, in % of one core.
+func idleCPU(nginx, redisPID, cp int) (float64, float64, float64) {
+	pids := []int{nginx, redisPID, cp}
+	before := make([]time.Duration, 3)
+	for i, p := range pids {
+		before[i], _ = proc.TreeCPUTime(p)
+	}
+	time.Sleep(idleWindow)
+	pct := make([]float64, 3)
+	for i, p := range pids {
+		after, _ := proc.TreeCPUTime(p)
+		pct[i] = 100 * (after - before[i]).Seconds() / idleWindow.Seconds()
+	}
+	return pct[0], pct[1], pct[2]
+}
+
+// propagation disables and enables app-000001 `changes` times through the API and times, from
+// each 2xx, until the node answers as the change says (403 app_disabled, or not).
+func propagation(ctx context.Context, api *api, node *nginxenv.Node, changes int) (p50, max time.Duration, lost int) {
+	id := appID(1)
+	var took []time.Duration
+	for i := 0; i < changes; i++ {
+		disable := i%2 == 0
+		body := fmt.Sprintf(`{"enabled":%t}`, !disable)
+		if !api.do("PUT", "/api/v1/apps/"+id, []byte(body), 200) {
+			lost++
+			continue
+		}
+		acked := time.Now()
+		enforced := false
+		for time.Since(acked) < propTimeout {
+			status, resp := get(ctx, node.URL(), id)
+			isDisabled := status == 403 && containsReason(resp, "app_disabled")
+			if isDisabled == disable {
+				enforced = true
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if !enforced {
+			lost++
+			continue
+		}
+		took = append(took, time.Since(acked))
+	}
+	if len(took) == 0 {
+		return 0, 0, lost
+	}
+	q := quantiles(took)
+	return q(0.5), q(1), lost
+}

@@ -266,7 +266,7 @@ var forbidden = []struct {
 	{regexp.MustCompile(`/work/shared\b`), "a path outside the repository (/work/shared)"},
 	{regexp.MustCompile(`\bDESIGN\b`), "the old design notes (cite docs/design.md §N)"},
 	{regexp.MustCompile(`\bSTYLE\.md\b`), "the old style notes"},
-	{regexp.MustCompile(`(?i)\bseeds? ?\d{3}\b|\bseeds/|\b00\d_[0-9a-f]{16}\.txt\b`), "a seed document (cite docs/requirements.md or docs/design.md)"},
+	{regexp.MustCompile(`(?i)\bseeds? ?00\d\b|\bseeds/|\b00\d_[0-9a-f]{16}\.txt\b`), "a seed document (cite docs/requirements.md or docs/design.md)"},
 }
 
 // TestNothingRefersOutsideTheRepository: no file links or cites the notes and specification the

@@ -163,7 +163,8 @@ function _M.run()
         blocked_event(headers, id, "circuit_open", "breaker", 503)
         return response.unavailable(backend, bretry)
     end
-    -- connection limiter: a slot before cost and token bucket; log() gives it back (DESIGN §6)
+    -- connection limiter: a slot before cost and token bucket; log() gives it back
+    -- (docs/design.md §6)
     local cok, creason, climit, ccurrent = connlimit.acquire(a, ctx)
     if not cok then
         ctx.tg_label = id

@@ -1,4 +1,4 @@
-// Package changes is the write path of the admin API (DESIGN §8): every config change is
+// Package changes is the write path of the admin API (docs/design.md §8): every config change is
 // validated by the token-economy validator (or, for cluster connection limits, by the same kind
 // of field rules), answered with the validation result and a field-level diff when it is a dry
 // run, else written atomically per key with a config version bump announced on

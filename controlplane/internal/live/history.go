@@ -12,7 +12,7 @@ func rangeSpans() map[string]time.Duration {
 
 const seriesPoints = 120
 
-// TimePoint is one point of a time series (seed 000's TimeSeriesData).
+// TimePoint is one point of a time series of the dashboard.
 type TimePoint struct {
 	Timestamp int64   `json:"timestamp"` // Unix seconds
 	Value     float64 `json:"value"`

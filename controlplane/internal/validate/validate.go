@@ -1,5 +1,5 @@
 // Package validate checks a proposed configuration change before the admin API writes it
-// (Req 16, Property 11, DESIGN section 8): every rule with a field-level message, the change
+// (Req 16, Property 11, docs/design.md §8): every rule with a field-level message, the change
 // checked against the current Redis state, a diff of what would change, a dry-run mode that
 // never writes (the validator never writes at all), and a log entry — plus an audit hook — for
 // every attempt.

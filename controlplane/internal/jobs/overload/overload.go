@@ -1,4 +1,4 @@
-// Package overload is the periodic overload-reduction job (Req 4.4, DESIGN section 3): it
+// Package overload is the periodic overload-reduction job (Req 4.4, docs/design.md §3): it
 // measures each cluster's usage and records it with overload_set, so that above 90 % the L2
 // refill factor of P1-P3 falls linearly towards its emergency ratio (P0 never reduced). The
 // record expires after a few intervals, so a stopped control plane cannot leave a cluster

@@ -54,6 +54,7 @@ function actions.set()
     dict:set(k.pending_count, 0)
     dict:set(k.debt, 0)
     dict:delete(k.neg)
+    require("tollgate.lease.active").mark(a.id)   -- the node holds state of it, as after a grant
     reply({ ok = true })
 end
 

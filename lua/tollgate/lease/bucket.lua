@@ -286,6 +286,7 @@ local function remote_acquire(a, k, cost)
         return fail_open(a, k, cost)
     end
     if res[1] >= cost then
+        active.mark(a.id)   -- its connection statistics (a Redis call per request anyway)
         return true, res[2]
     end
     return false, "app_exhausted", { reset = now() + wait_for(cost - res[2], res[3] / 1000),

@@ -49,7 +49,7 @@ func TestActiveSubsetSameAsScanAll(t *testing.T) {
 		t.Skip("simulation")
 	}
 	c := Quick()
-	c.Nodes, c.Apps, c.Active, c.Duration = 6, 80, 0.3, 10*time.Second
+	c.Nodes, c.Apps, c.Active, c.Duration = 20, 60, 0.3, 10*time.Second
 	c.Warmup, c.ShiftAt, c.CrashAt, c.EmergencyAt, c.EmergencyFor = 2*time.Second, 4*time.Second,
 		6*time.Second, 7*time.Second, 2*time.Second
 	c.ReconcileEvery, c.ReapAfter = 3*time.Second, 2*time.Second
@@ -64,8 +64,8 @@ func TestActiveSubsetSameAsScanAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sub.live) != 24 || len(all.live) != 80 {
-		t.Fatalf("visited %d and %d apps, want 24 and 80", len(sub.live), len(all.live))
+	if len(sub.live) != 18 || len(all.live) != 60 {
+		t.Fatalf("visited %d and %d apps, want 18 and 60", len(sub.live), len(all.live))
 	}
 	a, b := *sub.res, *all.res
 	if a.Calls == 0 || a.ShiftedApps == 0 || a.RedisCommands == 0 {
@@ -75,7 +75,10 @@ func TestActiveSubsetSameAsScanAll(t *testing.T) {
 		r.Config.ScanAll = false
 		r.Wall, r.SetupWall, r.LoopWall, r.VirtualPerSec, r.RedisUsedMemory = 0, 0, 0, 0, 0
 	}
-	if !reflect.DeepEqual(a, b) {
-		t.Fatalf("active subset and scan-all differ:\n%+v\n%+v", a, b)
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	for i := 0; i < va.NumField(); i++ {
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			t.Errorf("%s: active subset %v, scan-all %v", va.Type().Field(i).Name, va.Field(i), vb.Field(i))
+		}
 	}
 }

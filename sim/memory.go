@@ -326,3 +326,33 @@ func parseCommandStats(info string) (total, scriptCalls int64, err error) {
 	}
 	return total, scriptCalls, nil
 }
+
+// redisCPU is the CPU time the server used so far (INFO cpu used_cpu_user + used_cpu_sys).
+func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	return parseCPU(info)
+}
+
+func parseCPU(info string) (time.Duration, error) {
+	var secs float64
+	seen := 0
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("sim: %s %q: %w", k, v, err)
+			}
+			secs += f
+			seen++
+		}
+	}
+	if seen != 2 {
+		return 0, fmt.Errorf("sim: no used_cpu_user and used_cpu_sys in INFO cpu")
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}

@@ -78,3 +78,13 @@ func TestMeasureMemorySmall(t *testing.T) {
 		t.Fatal("node counts that do not increase accepted")
 	}
 }
+
+func TestParseCPU(t *testing.T) {
+	d, err := parseCPU("# CPU\r\nused_cpu_sys:4.25\r\nused_cpu_user:108.5\r\nused_cpu_sys_children:1.0\r\n")
+	if err != nil || d != 112750*time.Millisecond {
+		t.Fatalf("parseCPU = %s, %v; want 112.75s", d, err)
+	}
+	if _, err := parseCPU("used_cpu_sys:1\r\n"); err == nil {
+		t.Fatal("INFO cpu without used_cpu_user parsed")
+	}
+}

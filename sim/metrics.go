@@ -123,7 +123,8 @@ type Result struct {
 	// RedisCommands is every command Redis ran during the simulation (INFO commandstats, those
 	// inside scripts included); RedisScripts the script calls among them.
 	RedisCommands, RedisScripts int64
-	RedisUsedMemory             int64 // used_memory at the end
+	RedisUsedMemory             int64         // used_memory at the end
+	RedisCPU                    time.Duration // CPU time redis-server used during the simulation
 	ActiveApps                  int
 	Calls                       int64
 	Errors                      int64

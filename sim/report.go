@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"time"
 )
@@ -20,8 +21,9 @@ func (r *Result) Print(w io.Writer) {
 		r.Wall.Round(time.Millisecond), r.SetupWall.Round(time.Millisecond), r.LoopWall.Round(time.Millisecond),
 		r.VirtualPerSec, r.Calls, r.Errors)
 	vs := c.Duration.Seconds()
-	fmt.Fprintf(w, "Redis: %.0f script calls and %.0f commands (inside scripts included) per virtual second; used_memory %.1f MB at the end\n\n",
-		float64(r.RedisScripts)/vs, float64(r.RedisCommands)/vs, float64(r.RedisUsedMemory)/1e6)
+	fmt.Fprintf(w, "Redis: %.0f script calls and %.0f commands (inside scripts included) per virtual second; %.2f s of redis-server CPU per virtual second (%.1f µs per script call); used_memory %.1f MB at the end\n\n",
+		float64(r.RedisScripts)/vs, float64(r.RedisCommands)/vs, r.RedisCPU.Seconds()/vs,
+		float64(r.RedisCPU.Microseconds())/math.Max(1, float64(r.RedisScripts)), float64(r.RedisUsedMemory)/1e6)
 	rows := [][3]string{
 		{"overshoot, all apps: (admitted - ideal bucket) / ideal", pct(r.OvershootAll), "<= 1 %"},
 		{"overshoot, worst app", pct(r.OvershootWorst), "<= 1 %"},

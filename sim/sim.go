@@ -113,12 +113,20 @@ func run(ctx context.Context, c Config, log io.Writer) (*Sim, error) {
 	if err != nil {
 		return nil, err
 	}
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
 	loopWall := time.Now()
 	if err := s.loop(); err != nil {
 		return nil, err
 	}
 	loopTime := time.Since(loopWall)
 	cmd1, script1, err := commandCalls(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	cpu1, err := redisCPU(ctx, rdb)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +137,7 @@ func run(ctx context.Context, c Config, log io.Writer) (*Sim, error) {
 	s.res = s.result(time.Since(wall))
 	s.res.SetupWall, s.res.LoopWall = setupWall, loopTime
 	s.res.VirtualPerSec = c.Duration.Seconds() / loopTime.Seconds()
+	s.res.RedisCPU = cpu1 - cpu0
 	s.res.RedisCommands, s.res.RedisScripts, s.res.RedisUsedMemory = cmd1-cmd0, script1-script0, used
 	return s, nil
 }

@@ -71,8 +71,11 @@ func TestMeasureMemorySmall(t *testing.T) {
 	if first.PerApp <= 0 || second.Marginal <= 0 || second.Marginal >= first.PerApp {
 		t.Fatalf("first lease %.0f B, each further lease %.0f B", first.PerApp, second.Marginal)
 	}
-	if got := float64(r.AfterApps) + second.PerApp*500; int64(got+0.5) != second.Used {
-		t.Fatalf("after apps %d + %.1f x 500 != %d", r.AfterApps, second.PerApp, second.Used)
+	if got := float64(r.AfterJobs) + second.PerApp*500; int64(got+0.5) != second.Used {
+		t.Fatalf("after apps and job %d + %.1f x 500 != %d", r.AfterJobs, second.PerApp, second.Used)
+	}
+	if r.PerAppWithJob <= r.PerApp { // the reconcile job writes every app's stats hash
+		t.Fatalf("%.0f B per app after the reconcile job, %.0f B before", r.PerAppWithJob, r.PerApp)
 	}
 	if _, err := MeasureMemory(ctx, MemoryConfig{Apps: 10, Active: 1, Nodes: []int{2, 2}}, nil); err == nil {
 		t.Fatal("node counts that do not increase accepted")

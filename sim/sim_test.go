@@ -73,7 +73,7 @@ func TestActiveSubsetSameAsScanAll(t *testing.T) {
 	}
 	for _, r := range []*Result{&a, &b} {
 		r.Config.ScanAll = false
-		r.Wall, r.SetupWall, r.LoopWall, r.VirtualPerSec, r.RedisUsedMemory = 0, 0, 0, 0, 0
+		r.Wall, r.SetupWall, r.LoopWall, r.VirtualPerSec, r.RedisUsedMemory, r.RedisCPU = 0, 0, 0, 0, 0, 0
 	}
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	for i := 0; i < va.NumField(); i++ {

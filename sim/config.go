@@ -8,6 +8,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -44,6 +45,14 @@ type Config struct {
 	Step     time.Duration // virtual time step
 	Seed     uint64
 
+	// Active is the fraction of apps that carry traffic: the top-ranked ceil(Active x Apps) apps
+	// (1: all). The others exist in Redis (created through the store, reconciled and measured
+	// by the control-plane jobs) but have no traffic and no lease on any node.
+	Active float64
+	// ScanAll visits every app in every step, idle ones with leases on their nodes, instead of
+	// only the active ones (the same results, slower: it is what the tests compare against).
+	ScanAll bool
+
 	Capacity  int64   // cluster capacity, tokens/s
 	Allocated float64 // sum of guaranteed quotas / capacity
 
@@ -68,7 +77,7 @@ type Config struct {
 // Default is the full run: 100 nodes x 1000 apps, 60 virtual seconds.
 func Default() Config {
 	return Config{Nodes: 100, Apps: 1000, Duration: 60 * time.Second, Step: 10 * time.Millisecond,
-		Seed: 1, Capacity: 1_000_000, Allocated: 0.85, Gateway: DefaultGateway(),
+		Seed: 1, Active: 1, Capacity: 1_000_000, Allocated: 0.85, Gateway: DefaultGateway(),
 		Warmup: 5 * time.Second, ShiftAt: 20 * time.Second, CrashAt: 30 * time.Second,
 		EmergencyAt: 45 * time.Second, EmergencyFor: 10 * time.Second,
 		PushDelayMax: 10 * time.Millisecond, PollEvery: time.Second, PushLoss: 0,
@@ -94,8 +103,15 @@ func (c Config) validate() error {
 		return fmt.Errorf("sim: step %s too large for duration %s", c.Step, c.Duration)
 	case c.Gateway.SyncInterval < c.Step:
 		return fmt.Errorf("sim: step %s longer than the sync interval", c.Step)
+	case c.Active <= 0 || c.Active > 1:
+		return fmt.Errorf("sim: active share %.2f outside (0, 1]", c.Active)
 	case c.Allocated <= 0 || c.Allocated > 0.9:
 		return fmt.Errorf("sim: allocated share %.2f outside (0, 0.9]", c.Allocated)
 	}
 	return nil
+}
+
+// activeApps is the number of apps with traffic.
+func (c Config) activeApps() int {
+	return max(1, min(c.Apps, int(math.Ceil(c.Active*float64(c.Apps)-1e-9))))
 }

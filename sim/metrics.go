@@ -46,7 +46,7 @@ func (m *runMetrics) init(s *Sim) {
 	}
 	m.shiftFrom, m.shiftTo = s.at(c.ShiftAt), s.at(c.ShiftAt+5*time.Second)
 	m.emFrom, m.emTo = s.at(c.EmergencyAt), s.at(c.EmergencyAt+time.Second)
-	for _, a := range s.apps {
+	for _, a := range s.live {
 		a.m.rejected = map[string]int64{}
 		a.m.wait = make([]int64, len(a.nodes))
 	}
@@ -97,7 +97,7 @@ func (m *runMetrics) reconciled(res []any) {
 func (m *runMetrics) step(s *Sim) {
 	m.steps++
 	now := s.now
-	for _, a := range s.apps {
+	for _, a := range s.live {
 		if now < m.winTo { // from the start, when the bucket and L2 are both full and no lease is out
 
 			a.m.wAdmitted += a.m.stepAdmitted
@@ -118,8 +118,16 @@ func (m *runMetrics) step(s *Sim) {
 type Result struct {
 	Config Config
 	Wall   time.Duration
-	Calls  int64
-	Errors int64
+	// SetupWall is the time to create the apps through the store; LoopWall the simulation.
+	SetupWall, LoopWall time.Duration
+	// RedisCommands is every command Redis ran during the simulation (INFO commandstats, those
+	// inside scripts included); RedisScripts the script calls among them.
+	RedisCommands, RedisScripts int64
+	RedisUsedMemory             int64         // used_memory at the end
+	RedisCPU                    time.Duration // CPU time redis-server used during the simulation
+	ActiveApps                  int
+	Calls                       int64
+	Errors                      int64
 
 	OvershootAll   float64 // (sum admitted - sum ideal) / sum ideal, all apps, whole run
 	OvershootWorst float64 // worst app, whole run (apps with ideal >= 1000)
@@ -159,13 +167,14 @@ func (s *Sim) result(wall time.Duration) *Result {
 		Corrections: s.m.corrections, L1Corrections: s.m.l1Corrections, Reaped: s.m.reaped,
 		ReapedTokens: s.m.reapedTokens}
 	r.VirtualPerSec = s.cfg.Duration.Seconds() / wall.Seconds()
+	r.ActiveApps = s.cfg.activeApps()
 	var adm, idl, wA, wI, fRej, fDem int64
 	var utils []float64
 	r.UtilWorst = math.Inf(1)
 	stepDur := time.Duration(s.dt) * time.Microsecond
 	var conv, ctrl []time.Duration
 	var p12a, p12i, p0a, p0i int64
-	for _, a := range s.apps {
+	for _, a := range s.live {
 		adm += a.m.admitted
 		idl += a.m.ideal
 		for k, v := range a.m.rejected {

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"time"
 )
@@ -12,12 +13,17 @@ func pct(v float64) string { return fmt.Sprintf("%.2f %%", 100*v) }
 // Print writes the result as a Markdown table with the goals of the issue.
 func (r *Result) Print(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "tollgate-sim: %d nodes x %d apps, %s virtual in steps of %s, seed %d, capacity %d tokens/s (%.0f %% guaranteed)\n",
-		c.Nodes, c.Apps, c.Duration, c.Step, c.Seed, c.Capacity, 100*c.Allocated)
+	fmt.Fprintf(w, "tollgate-sim: %d nodes x %d apps (%d active), %s virtual in steps of %s, seed %d, capacity %d tokens/s (%.0f %% guaranteed)\n",
+		c.Nodes, c.Apps, r.ActiveApps, c.Duration, c.Step, c.Seed, c.Capacity, 100*c.Allocated)
 	fmt.Fprintf(w, "scenario: warm-up %s, load shift at %s, node n000 crashes at %s, emergency at %s for %s\n",
 		c.Warmup, c.ShiftAt, c.CrashAt, c.EmergencyAt, c.EmergencyFor)
-	fmt.Fprintf(w, "wall %s (%.2f virtual s per s), %d script calls, %d errors\n\n", r.Wall.Round(time.Millisecond),
+	fmt.Fprintf(w, "wall %s (apps created in %s, simulation %s: %.2f virtual s per s), %d script calls, %d errors\n",
+		r.Wall.Round(time.Millisecond), r.SetupWall.Round(time.Millisecond), r.LoopWall.Round(time.Millisecond),
 		r.VirtualPerSec, r.Calls, r.Errors)
+	vs := c.Duration.Seconds()
+	fmt.Fprintf(w, "Redis: %.0f script calls and %.0f commands (inside scripts included) per virtual second; %.2f s of redis-server CPU per virtual second (%.1f µs per script call); used_memory %.1f MB at the end\n\n",
+		float64(r.RedisScripts)/vs, float64(r.RedisCommands)/vs, r.RedisCPU.Seconds()/vs,
+		float64(r.RedisCPU.Microseconds())/math.Max(1, float64(r.RedisScripts)), float64(r.RedisUsedMemory)/1e6)
 	rows := [][3]string{
 		{"overshoot, all apps: (admitted - ideal bucket) / ideal", pct(r.OvershootAll), "<= 1 %"},
 		{"overshoot, worst app", pct(r.OvershootWorst), "<= 1 %"},

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,8 @@ type Sim struct {
 	led  *ledger.Ledger
 	ctx  context.Context
 	apps []*app
+	live []*app   // the apps visited every step: the active ones (all with ScanAll)
+	ids  []string // every app's id, for the control-plane jobs
 
 	t0, now, dt int64 // virtual Unix microseconds; dt = step
 	nodes       []nodeState
@@ -105,10 +108,37 @@ func run(ctx context.Context, c Config, log io.Writer) (*Sim, error) {
 	if err := s.setup(); err != nil {
 		return nil, err
 	}
+	setupWall := time.Since(wall)
+	cmd0, script0, err := commandCalls(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	loopWall := time.Now()
 	if err := s.loop(); err != nil {
 		return nil, err
 	}
+	loopTime := time.Since(loopWall)
+	cmd1, script1, err := commandCalls(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	used, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
 	s.res = s.result(time.Since(wall))
+	s.res.SetupWall, s.res.LoopWall = setupWall, loopTime
+	s.res.VirtualPerSec = c.Duration.Seconds() / loopTime.Seconds()
+	s.res.RedisCPU = cpu1 - cpu0
+	s.res.RedisCommands, s.res.RedisScripts, s.res.RedisUsedMemory = cmd1-cmd0, script1-script0, used
 	return s, nil
 }
 
@@ -120,12 +150,15 @@ func (s *Sim) setup() error {
 		return err
 	}
 	s.apps = workload(s.cfg, s.rng)
+	if err := s.putApps(st); err != nil {
+		return err
+	}
 	for _, a := range s.apps {
-		if _, err := st.PutApp(s.ctx, store.App{AppID: a.id, ClusterID: cluster, GuaranteedQuota: a.g,
-			BurstQuota: a.burst, Priority: a.prio, CBw: 1, MaxBorrow: 0, Enabled: true}); err != nil {
-			return fmt.Errorf("sim: app %s: %w", a.id, err)
-		}
 		a.ideal.tokens = float64(a.burst)
+		s.ids = append(s.ids, a.id)
+		if a.active || s.cfg.ScanAll {
+			s.live = append(s.live, a)
+		}
 	}
 	now, err := s.rdb.Time(s.ctx).Result()
 	if err != nil {
@@ -148,6 +181,31 @@ func (s *Sim) setup() error {
 	s.usage.at = s.t0
 	s.m.init(s)
 	return nil
+}
+
+// putApps creates the apps through the config store with 8 concurrent writers (the order does
+// not matter: every bucket starts full and the allocations only add up).
+func (s *Sim) putApps(st *store.Store) error {
+	const writers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < len(s.apps); i += writers {
+				a := s.apps[i]
+				if _, err := st.PutApp(s.ctx, store.App{AppID: a.id, ClusterID: cluster, GuaranteedQuota: a.g,
+					BurstQuota: a.burst, Priority: a.prio, CBw: 1, MaxBorrow: 0, Enabled: true}); err != nil {
+					errs <- fmt.Errorf("sim: app %s: %w", a.id, err)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 func (s *Sim) at(d time.Duration) int64 { return s.t0 + d.Microseconds() }
@@ -310,7 +368,8 @@ func (s *Sim) traffic() ([]syncNeed, error) {
 	dt := float64(s.dt) / 1e6
 	t := float64(s.now-s.t0) / 1e6
 	var need []syncNeed
-	for ai, a := range s.apps {
+	for _, a := range s.live {
+		ai := a.idx
 		rate := a.rate(t)
 		var total int64
 		for j, n := range a.nodes {
@@ -548,9 +607,7 @@ func (s *Sim) periodic() error {
 func (s *Sim) reconcile() error {
 	at := s.now + s.dt
 	calls := make([]call, 0, len(s.apps))
-	ids := make([]string, 0, len(s.apps))
 	for _, a := range s.apps {
-		ids = append(ids, a.id)
 		k := []string{keys.L2(cluster, a.id), keys.Leases(cluster, a.id), keys.Nodes(cluster, a.id),
 			keys.Stats(cluster, a.id), keys.L1(cluster)}
 		calls = append(calls, call{name: "l2_reconcile", keys: k,
@@ -566,7 +623,7 @@ func (s *Sim) reconcile() error {
 	if err := s.exec(calls); err != nil {
 		return err
 	}
-	r, err := s.led.ReconcileCluster(s.ctx, cluster, ids)
+	r, err := s.led.ReconcileCluster(s.ctx, cluster, s.ids)
 	if err != nil {
 		return err
 	}
@@ -581,11 +638,7 @@ func (s *Sim) reconcile() error {
 // emergency, as the emergency job does.
 func (s *Sim) measureUsage() error {
 	at := s.now + s.dt
-	ids := make([]string, len(s.apps))
-	for i, a := range s.apps {
-		ids[i] = a.id
-	}
-	total, err := s.led.Consumed(s.ctx, cluster, ids)
+	total, err := s.led.Consumed(s.ctx, cluster, s.ids)
 	if err != nil {
 		return err
 	}

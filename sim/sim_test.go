@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -38,5 +39,46 @@ func TestQuickRunMeetsGoals(t *testing.T) {
 	if again.res.OvershootAll != s.res.OvershootAll || again.res.Calls != s.res.Calls {
 		t.Fatalf("not deterministic: overshoot %v vs %v, calls %d vs %d", again.res.OvershootAll,
 			s.res.OvershootAll, again.res.Calls, s.res.Calls)
+	}
+}
+
+// The active-subset mode (only the apps with traffic are visited each step; idle apps exist in
+// Redis only) gives the same run as visiting every app, idle ones with leases on their nodes.
+func TestActiveSubsetSameAsScanAll(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulation")
+	}
+	c := Quick()
+	c.Nodes, c.Apps, c.Active, c.Duration = 20, 60, 0.3, 10*time.Second
+	c.Warmup, c.ShiftAt, c.CrashAt, c.EmergencyAt, c.EmergencyFor = 2*time.Second, 4*time.Second,
+		6*time.Second, 7*time.Second, 2*time.Second
+	c.ReconcileEvery, c.ReapAfter = 3*time.Second, 2*time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sub, err := run(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ScanAll = true
+	all, err := run(ctx, c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sub.live) != 18 || len(all.live) != 60 {
+		t.Fatalf("visited %d and %d apps, want 18 and 60", len(sub.live), len(all.live))
+	}
+	a, b := *sub.res, *all.res
+	if a.Calls == 0 || a.ShiftedApps == 0 || a.RedisCommands == 0 {
+		t.Fatalf("nothing happened: %+v", a)
+	}
+	for _, r := range []*Result{&a, &b} {
+		r.Config.ScanAll = false
+		r.Wall, r.SetupWall, r.LoopWall, r.VirtualPerSec, r.RedisUsedMemory, r.RedisCPU = 0, 0, 0, 0, 0, 0
+	}
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	for i := 0; i < va.NumField(); i++ {
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			t.Errorf("%s: active subset %v, scan-all %v", va.Type().Field(i).Name, va.Field(i), vb.Field(i))
+		}
 	}
 }

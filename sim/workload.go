@@ -23,6 +23,7 @@ type app struct {
 	nodes   []int     // node indexes carrying its traffic
 	share   []float64 // share of the demand per node (parallel to nodes)
 	leases  []lease   // parallel to nodes
+	active  bool      // carries traffic (Config.Active)
 	shifted bool      // takes part in the load shift
 	control bool      // like the shifted apps, but its traffic stays put
 
@@ -44,9 +45,10 @@ func workload(c Config, rng *rand.Rand) []*app {
 	}
 	total := c.Allocated * float64(c.Capacity)
 	apps := make([]*app, c.Apps)
+	activeN := c.activeApps()
 	for i := range apps {
 		g := int64(math.Max(1, math.Floor(total*w[i]/sum)))
-		a := &app{id: fmt.Sprintf("app%04d", i), idx: i, g: g, burst: 2 * g, prio: i % 4,
+		a := &app{id: appID(i), idx: i, g: g, burst: 2 * g, prio: i % 4,
 			cost: costs[rng.IntN(len(costs))], period: 1 + 3*rng.Float64(), phase: rng.Float64()}
 		switch r := rng.Float64(); {
 		case r < 0.4:
@@ -59,6 +61,10 @@ func workload(c Config, rng *rand.Rand) []*app {
 		n := int(math.Round(float64(c.Nodes) / math.Sqrt(float64(i+1))))
 		n = max(1, min(c.Nodes, n))
 		start := rng.IntN(c.Nodes)
+		a.active = i < activeN
+		if !a.active && !c.ScanAll {
+			n = 0 // an idle app holds no lease anywhere
+		}
 		for j := 0; j < n; j++ {
 			a.nodes = append(a.nodes, (start+j)%c.Nodes)
 			a.share = append(a.share, 1/math.Sqrt(float64(j+1)))
@@ -69,8 +75,8 @@ func workload(c Config, rng *rand.Rand) []*app {
 			a.leases[j].target = c.Gateway.MinTarget
 			a.leases[j].nodes = 1
 		}
-		a.shifted = n >= 2 && a.load > 1 && i%2 == 0
-		a.control = n >= 2 && a.load > 1 && i%2 == 1
+		a.shifted = a.active && n >= 2 && a.load > 1 && i%2 == 0
+		a.control = a.active && n >= 2 && a.load > 1 && i%2 == 1
 		apps[i] = a
 	}
 	return apps
@@ -92,6 +98,9 @@ func normalize(v []float64) {
 // rate is the app's demand in tokens/s at virtual second t: on/off bursts around its mean
 // (1.3x for 70 % of each period, 0.3x for the rest).
 func (a *app) rate(t float64) float64 {
+	if !a.active {
+		return 0
+	}
 	x := math.Mod(t/a.period+a.phase, 1)
 	m := 1.3
 	if x >= 0.7 {
@@ -137,3 +146,6 @@ func poisson(rng *rand.Rand, lambda float64) int64 {
 		k++
 	}
 }
+
+// appID is the id of the app of rank i: app0000…app9999, then app10000….
+func appID(i int) string { return fmt.Sprintf("app%04d", i) }

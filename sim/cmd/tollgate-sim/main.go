@@ -21,6 +21,8 @@ func main() {
 	step := flag.Duration("step", c.Step, "virtual time step")
 	seed := flag.Uint64("seed", c.Seed, "random seed")
 	capacity := flag.Int64("capacity", c.Capacity, "cluster capacity, tokens/s")
+	active := flag.Float64("active", c.Active, "fraction of the apps that carry traffic (the top-ranked ones)")
+	scanAll := flag.Bool("scan-all", false, "visit idle apps every step too (same results, slower)")
 	loss := flag.Float64("push-loss", c.PushLoss, "fraction of nodes that miss the emergency push")
 	flag.Parse()
 	if *quick {
@@ -46,6 +48,10 @@ func main() {
 	if set["capacity"] {
 		c.Capacity = *capacity
 	}
+	if set["active"] {
+		c.Active = *active
+	}
+	c.ScanAll = *scanAll
 	if set["push-loss"] {
 		c.PushLoss = *loss
 	}

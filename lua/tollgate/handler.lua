@@ -143,6 +143,17 @@ function _M.init_worker()
     reservation.init(conf)
     rules.init(conf, redis_client, redis_scripts)
     watch.init(conf, redis_client)
+    -- apps a full config_dict has no room for: one HGET on the request path, then cached
+    local apps_index = keys.apps_index()
+    config.set_lookup(function(id)
+        return redis_client:with(conf.op_timeout_ms, function(red)
+            local json, herr = red:hget(apps_index, id)
+            if not json then
+                return nil, herr
+            end
+            return json ~= ngx.null and json or false
+        end)
+    end)
     events.init(conf, redis_client)
     connlimit.start(conf, redis_client)
     ngx.timer.every(1, function(premature)

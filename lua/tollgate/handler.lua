@@ -119,14 +119,17 @@ function _M.init_worker()
         _M.init()
     end
     deg.init(conf)
+    deg.start()
     config.on_generation(identity.flush)
     config.publish_generation(true)
     local client, err = rredis.new({
         url = conf.redis_url, pool_size = conf.pool_size,
-        on_result = function(rerr, unavailable, sec)
+        on_start = deg.mark,
+        on_result = function(rerr, unavailable, sec, mark)
             metrics.redis_latency(sec)
-            deg.observe(sec)
-            deg.result(rerr, unavailable)
+            deg.observe(sec, mark)
+            -- a timeout that is mostly this worker's own stall says nothing about Redis
+            deg.result(rerr, unavailable and deg.stalled(sec, mark) < sec / 2)
         end,
     })
     if not client then

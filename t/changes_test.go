@@ -89,8 +89,8 @@ func TestConfigChangeAppliedWithoutFullLoad(t *testing.T) {
 }
 
 // Issue 20 item 2/3: a config_dict too small for the apps keeps serving every tenant (the apps it
-// has no room for are looked up on demand), raises ratelimit_config_dict_partial and counts the
-// entries that did not fit.
+// has no room for are looked up on demand), raises ratelimit_config_dict_partial, counts the
+// entries that did not fit and shows the zone's fill (ratelimit_shm_*_bytes).
 func TestFullConfigDictRefusesNoTenant(t *testing.T) {
 	apps := manyApps("full", 3000)
 	s := newStack(t, stackOptions{apps: apps, configDict: "256k"})
@@ -103,6 +103,12 @@ func TestFullConfigDictRefusesNoTenant(t *testing.T) {
 	if g.Metric("ratelimit_config_dict_partial") != 1 || g.Metric("ratelimit_config_dict_full_total") == 0 {
 		t.Fatalf("config_dict of 256k holds 3,000 apps? partial %v, entries that did not fit %v",
 			g.Metric("ratelimit_config_dict_partial"), g.Metric("ratelimit_config_dict_full_total"))
+	}
+	capacity := g.Metric(`ratelimit_shm_capacity_bytes{zone="config_dict"}`)
+	free := g.Metric(`ratelimit_shm_free_bytes{zone="config_dict"}`)
+	if capacity < 200<<10 || free > 0.05*capacity {
+		t.Errorf("config_dict on /metrics: capacity %v bytes, %v free; want about 256k, under 5 %% free",
+			capacity, free)
 	}
 	var mu sync.Mutex
 	refused := map[int][]string{}

@@ -654,3 +654,44 @@ func TestControlPlaneStartingOnAWipedStoreSeedsNothing(t *testing.T) {
 		t.Fatalf("GET mine after the restore: %d %+v", code, app)
 	}
 }
+
+// An import that fails half-way (Redis refuses the breaker write: the control plane's ACL user
+// may only read ratelimit:breakers) is rolled back: the app it had already created is gone
+// again, the export is what it was before, the answer is an error, the attempt audited.
+func TestFailedImportIsRolledBack(t *testing.T) {
+	r := testutil.StartRedisArgs(t, "--user", "cp", "on", ">cp-test-password",
+		"~ratelimit:[^b]*", "~ratelimit:b[^r]*", "~connlimit:*", "%R~ratelimit:breakers", "&*", "+@all")
+	url := "redis://cp:cp-test-password@" + r.Addr() + "/0"
+	cp := harness.StartControlPlane(t, url, cpEnv(map[string]string{"TOLLGATE_SEED_DEMO": "true"}))
+	api := loginAdmin(t, cp)
+	before := export(t, api, "?secrets=true")
+	var d map[string]any
+	if err := json.Unmarshal(before, &d); err != nil {
+		t.Fatal(err)
+	}
+	d["apps"] = append(d["apps"].([]any), map[string]any{"app_id": "half-way", "cluster_id": "default",
+		"guaranteed_quota": 10, "burst_quota": 10, "priority": 1, "c_bw": 1, "max_borrow": 0, "enabled": true,
+		"access_keys": []string{"AKIAHALFWAY000001"}})
+	d["breakers"] = []any{map[string]any{"name": "refused", "enabled": true, "per_app": false, "window_ms": 10000,
+		"min_requests": 10, "failure_threshold": 5, "failure_ratio": 0.5, "open_timeout_ms": 30000,
+		"success_threshold": 3, "half_open_max_inflight": 1, "failure_statuses": []int{500, 502, 503, 504}}}
+	doc, _ := json.Marshal(d)
+	code, _, res := api.raw("POST", "/api/v1/config/import?apply=true", "application/json", doc)
+	if code != 503 || !bytes.Contains(res, []byte(`"apply_failed"`)) || !bytes.Contains(res, []byte(`"rolled_back":true`)) {
+		t.Fatalf("import = %d %s, want 503 apply_failed, rolled back", code, res)
+	}
+	t.Logf("import answered %d %s", code, res)
+	if got := export(t, api, "?secrets=true"); !bytes.Equal(got, before) {
+		t.Fatalf("the failed import left changes:\n%s\nwant:\n%s", got, before)
+	}
+	var audit struct {
+		Data []struct {
+			Action  string `json:"action"`
+			Outcome string `json:"outcome"`
+		} `json:"data"`
+	}
+	api.do("GET", "/api/v1/audit?action=config.import", nil, &audit)
+	if len(audit.Data) == 0 || audit.Data[0].Outcome != "failed" {
+		t.Fatalf("audit: %+v", audit.Data)
+	}
+}

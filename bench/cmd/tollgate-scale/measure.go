@@ -16,6 +16,7 @@ import (
 	"tollgate/bench/internal/proc"
 	"tollgate/bench/internal/redisenv"
 	"tollgate/bench/internal/wrk"
+	"tollgate/internal/apiload"
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 )
@@ -125,8 +126,8 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 	r.failOpen = scrape(ctx, node.MetricsURL, "ratelimit_fail_open_total") - fo0
 
 	o.logf("%d apps: %d changes through the API, timed until the node enforces them", n, o.changes)
-	api := newAPI(cp.base, o.writers)
-	if err := api.login(adminPass); err != nil {
+	api := apiload.New(cp.base, o.writers)
+	if err := api.Login("admin", adminPass); err != nil {
 		return r, err
 	}
 	r.propP50, r.propMax, r.propLost = propagation(ctx, api, node, o.changes)
@@ -137,13 +138,12 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 		put := func() bool {
 			i := 1 + int(seq.Add(1))%(n-1)
 			body := fmt.Sprintf(`{"burst_quota":%d}`, 5000+seq.Load()%50)
-			return api.do("PUT", "/api/v1/apps/"+appID(i), []byte(body), 200)
+			return api.Do("PUT", "/api/v1/apps/"+appID(i), []byte(body), 200)
 		}
-		pr := phase(o.writers, o.apiPhase, put)
-		r.putP50, r.putP99, r.putErrors = pr.p50, pr.p99, pr.errors
-		list := func() bool { return api.do("GET", "/api/v1/apps?page=1&limit=20", nil, 200) }
-		lr := phase(o.writers, o.apiPhase, list)
-		r.listP50, r.listP99, r.listErrors = lr.p50, lr.p99, lr.errors
+		pr := apiload.Run(o.writers, o.apiPhase, 0, put)
+		r.putP50, r.putP99, r.putErrors = pr.P50, pr.P99, int64(pr.Errors)
+		lr := apiload.Run(o.writers, o.apiPhase, 0, api.Get("/api/v1/apps?page=1&limit=20"))
+		r.listP50, r.listP99, r.listErrors = lr.P50, lr.P99, int64(lr.Errors)
 	}
 
 	r.workerMem = maxWorkerPrivate(node.PID())
@@ -244,13 +244,13 @@ func idleCPU(nginx, redisPID, cp int) (float64, float64, float64) {
 
 // propagation disables and enables app-000001 `changes` times through the API and times, from
 // each 2xx, until the node answers as the change says (403 app_disabled, or not).
-func propagation(ctx context.Context, api *api, node *nginxenv.Node, changes int) (p50, max time.Duration, lost int) {
+func propagation(ctx context.Context, api *apiload.Client, node *nginxenv.Node, changes int) (p50, max time.Duration, lost int) {
 	id := appID(1)
 	var took []time.Duration
 	for i := 0; i < changes; i++ {
 		disable := i%2 == 0
 		body := fmt.Sprintf(`{"enabled":%t}`, !disable)
-		if !api.do("PUT", "/api/v1/apps/"+id, []byte(body), 200) {
+		if !api.Do("PUT", "/api/v1/apps/"+id, []byte(body), 200) {
 			lost++
 			continue
 		}
@@ -274,6 +274,6 @@ func propagation(ctx context.Context, api *api, node *nginxenv.Node, changes int
 	if len(took) == 0 {
 		return 0, 0, lost
 	}
-	q := quantiles(took)
+	q := apiload.Quantiles(took)
 	return q(0.5), q(1), lost
 }

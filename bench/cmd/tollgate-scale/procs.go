@@ -4,17 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -121,109 +118,6 @@ func startControlPlane(ctx context.Context, o options, dir, redisURL string) (*c
 		return nil, fmt.Errorf("control plane: %w\n%s", err, p.Output())
 	}
 	return c, nil
-}
-
-// api is an admin API client with a token.
-type api struct {
-	base  string
-	http  *http.Client
-	token string
-}
-
-func newAPI(base string, conns int) *api {
-	tr := &http.Transport{MaxIdleConns: 2 * conns, MaxIdleConnsPerHost: 2 * conns}
-	return &api{base: base, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
-}
-
-func (a *api) login(password string) error {
-	body := fmt.Sprintf(`{"username":"admin","password":%q}`, password)
-	resp, err := a.http.Post(a.base+"/api/v1/auth/login", "application/json", strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Data struct {
-			AccessToken string `json:"access_token"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Data.AccessToken == "" {
-		return fmt.Errorf("login: %d %v", resp.StatusCode, err)
-	}
-	a.token = out.Data.AccessToken
-	return nil
-}
-
-// do sends one request and reports whether it got the wanted status.
-func (a *api) do(method, path string, body []byte, want int) bool {
-	req, err := http.NewRequest(method, a.base+path, bytes.NewReader(body))
-	if err != nil {
-		return false
-	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return false
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == want
-}
-
-type phaseResult struct {
-	p50, p99 time.Duration
-	errors   int64
-}
-
-// phase runs req from conc goroutines for d and returns the latency quantiles.
-func phase(conc int, d time.Duration, req func() bool) phaseResult {
-	var mu sync.Mutex
-	var lat []time.Duration
-	var errs int64
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for i := 0; i < conc; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			var bad int64
-			for time.Now().Before(end) {
-				t := time.Now()
-				if !req() {
-					bad++
-				}
-				mine = append(mine, time.Since(t))
-			}
-			mu.Lock()
-			lat, errs = append(lat, mine...), errs+bad
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if len(lat) == 0 {
-		return phaseResult{errors: errs}
-	}
-	q := quantiles(lat)
-	return phaseResult{p50: q(0.5), p99: q(0.99), errors: errs}
-}
-
-// quantiles sorts d and returns its quantile function (nearest rank).
-func quantiles(d []time.Duration) func(float64) time.Duration {
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	return func(q float64) time.Duration {
-		i := int(q*float64(len(d))+0.5) - 1
-		if i < 0 {
-			i = 0
-		}
-		if i >= len(d) {
-			i = len(d) - 1
-		}
-		return d[i]
-	}
 }
 
 // maxWorkerPrivate is the largest private memory (Private_Clean + Private_Dirty of

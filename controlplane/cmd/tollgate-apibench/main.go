@@ -16,12 +16,14 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/controlplane/internal/admin"
 	"tollgate/controlplane/internal/config"
+	"tollgate/internal/apiload"
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 )
@@ -121,29 +123,28 @@ func serve(ctx context.Context, rdb *redis.Client, set *scripts.Set, st *store.S
 }
 
 func measure(ctx context.Context, o options, base string, rdb *redis.Client) error {
-	c := newClient(base, o.concurrency)
-	if err := c.login(); err != nil {
+	c := apiload.New(base, o.concurrency)
+	if err := c.Login("admin", password); err != nil {
 		return err
 	}
+	var seq atomic.Int64
 	info, _ := rdb.Info(ctx, "server").Result()
 	fmt.Printf("tollgate-apibench: %d apps, %d concurrent clients, %s per phase, GOMAXPROCS %d, Redis %s\n\n",
 		o.apps, o.concurrency, o.duration, runtime.GOMAXPROCS(0), redisVersion(info))
 	phases := []phase{
-		{name: "GET /api/v1/apps (page of 20)", req: c.get("/api/v1/apps?page=3&limit=20")},
-		{name: "GET /api/v1/apps?search=app-009 (filter)", req: c.get("/api/v1/apps?search=app-009&limit=20")},
-		{name: fmt.Sprintf("GET /api/v1/apps?limit=1000 (of %d)", o.apps), req: c.get("/api/v1/apps?limit=1000")},
-		{name: "POST /api/v1/apps?dry_run=true", req: c.create(true)},
-		{name: "POST /api/v1/apps (create)", req: c.create(false)},
+		{name: "GET /api/v1/apps (page of 20)", req: c.Get("/api/v1/apps?page=3&limit=20")},
+		{name: "GET /api/v1/apps?search=app-009 (filter)", req: c.Get("/api/v1/apps?search=app-009&limit=20")},
+		{name: fmt.Sprintf("GET /api/v1/apps?limit=1000 (of %d)", o.apps), req: c.Get("/api/v1/apps?limit=1000")},
+		{name: "POST /api/v1/apps?dry_run=true", req: create(c, &seq, true)},
+		{name: "POST /api/v1/apps (create)", req: create(c, &seq, false)},
 	}
 	fmt.Printf("%-44s %9s %9s %9s %9s %9s %9s %7s\n", "phase", "requests", "req/s", "p50", "p90", "p99", "max", "errors")
 	for _, p := range phases {
 		r := p.run(o.concurrency, o.duration)
-		fmt.Printf("%-44s %9d %9.0f %9s %9s %9s %9s %7d\n", p.name, r.n, r.rate, ms(r.p50), ms(r.p90), ms(r.p99),
-			ms(r.max), r.errors)
+		fmt.Printf("%-44s %9d %9.0f %9s %9s %9s %9s %7d\n", p.name, r.N, r.Rate, apiload.Ms(r.P50), apiload.Ms(r.P90),
+			apiload.Ms(r.P99), apiload.Ms(r.Max), r.Errors)
 	}
 	n, _ := rdb.HLen(ctx, "ratelimit:apps").Result()
 	fmt.Printf("\napps after the run: %d\n", n)
 	return nil
 }
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000) }

@@ -61,6 +61,7 @@ func classify(err error) *Error {
 	var se *ledger.ScriptError
 	var dinv *durable.InvalidError
 	var derr *durable.DecodeError
+	var aerr *durable.ApplyError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -83,6 +84,13 @@ func classify(err error) *Error {
 			Details: map[string]any{"violations": dinv.Violations}}
 	case errors.As(err, &derr):
 		return errBadRequest("invalid_document", derr.Msg)
+	case errors.As(err, &aerr):
+		msg := "a write failed; the config from before was put back"
+		if !aerr.RolledBack {
+			msg = "a write failed, and so did putting the config back: export and compare"
+		}
+		return &Error{Status: http.StatusServiceUnavailable, Code: "apply_failed", Message: msg,
+			Details: map[string]any{"rolled_back": aerr.RolledBack}}
 	}
 	if e := classifySentinel(err); e != nil {
 		return e

@@ -103,11 +103,25 @@ func (w Writer) Apply(ctx context.Context, cur, doc Document) error {
 		}
 		rerr = w.apply(ctx, now, cur)
 	}
-	if rerr != nil {
-		return fmt.Errorf("durable: apply failed (%w), and so did putting the config back: %v", err, rerr)
-	}
-	return fmt.Errorf("durable: apply failed, the config before it was put back: %w", err)
+	return &ApplyError{Err: err, RolledBack: rerr == nil, Rollback: rerr}
 }
+
+// ApplyError: a write of a checked document failed; RolledBack tells whether the config from
+// before was written back (else Rollback is why not).
+type ApplyError struct {
+	Err        error
+	RolledBack bool
+	Rollback   error
+}
+
+func (e *ApplyError) Error() string {
+	if e.RolledBack {
+		return fmt.Sprintf("durable: apply failed, the config before it was put back: %v", e.Err)
+	}
+	return fmt.Sprintf("durable: apply failed (%v), and so did putting the config back: %v", e.Err, e.Rollback)
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
 
 func same(a, b any) bool {
 	x, _ := json.Marshal(a)

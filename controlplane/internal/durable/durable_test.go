@@ -2,10 +2,12 @@ package durable
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/scripts"
@@ -150,5 +152,36 @@ func TestInitJudgesOnlyTheSnapshotsRedis(t *testing.T) {
 		if st := g.Status(); g.Lost() != c.lost || (c.lost && st.Reason != ReasonEpochMissing) {
 			t.Fatalf("%s: status %+v, want lost=%v", c.id, st, c.lost)
 		}
+	}
+}
+
+// A config write right after the store was wiped (before the periodic check saw it) is refused.
+func TestWriteIntoAJustWipedStoreIsRefused(t *testing.T) {
+	r := testutil.StartRedis(t)
+	set, err := scripts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st := store.New(r.Client(), set)
+	g := New(Options{Redis: r.Client(), Store: st, Check: time.Hour})
+	if err := g.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.SetHooks(g.Hooks())
+	if _, err := st.PutCluster(ctx, store.Cluster{ID: "c", Capacity: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutCluster(ctx, store.Cluster{ID: "c", Capacity: 100}); !errors.Is(err, store.ErrStoreLost) {
+		t.Fatalf("write into the wiped store: %v, want ErrStoreLost", err)
+	}
+	if n, _ := r.Client().DBSize(ctx).Result(); n != 0 {
+		t.Fatalf("%d keys written into the wiped store", n)
+	}
+	if s := g.Status(); s.State != "lost" || s.Reason != ReasonEpochMissing {
+		t.Fatalf("status %+v", s)
 	}
 }

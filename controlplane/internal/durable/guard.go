@@ -244,6 +244,22 @@ func (g *Guard) before(ctx context.Context) error {
 		return store.ErrStoreLost
 	}
 	if epoch != "" {
+		// one GET per config write: a store wiped since the last check takes no write
+		cur, err := g.o.Store.Epoch(ctx)
+		if err != nil {
+			return err
+		}
+		if cur != epoch {
+			g.mu.Lock()
+			g.st.StoreEpoch = cur
+			if cur == "" {
+				g.lose(ReasonEpochMissing)
+			} else {
+				g.lose(ReasonEpochChanged)
+			}
+			g.mu.Unlock()
+			return store.ErrStoreLost
+		}
 		return nil
 	}
 	e, err := g.o.Store.EnsureEpoch(ctx)

@@ -31,10 +31,10 @@ import (
 )
 
 const (
-	envAddr         = "TOLLGATE_BACKEND_ADDR"       // listen address of the storage API (127.0.0.1:9000; host:port)
-	envAdminAddr    = "TOLLGATE_BACKEND_ADMIN_ADDR" // the failure switch /_demo/fail, /_demo/heal (none: no switch; a loopback host:port other than the API's)
-	envCredentials  = "TOLLGATE_DEMO_CREDENTIALS"   // access keys the backend accepts (none: anonymous requests only; AKID:SECRET[,AKID:SECRET…])
-	envDomains      = "TOLLGATE_S3_DOMAINS"         // domains of virtual-hosted style, `<bucket>.<domain>` (s3.localhost; comma-separated)
+	envAddr         = "TOLLGATE_BACKEND_ADDR"       // listen address of the S3 API (127.0.0.1:9000; host:port)
+	envAdminAddr    = "TOLLGATE_BACKEND_ADMIN_ADDR" // listen address of the failure switch /_demo/fail, /_demo/heal (none: off; a loopback host:port)
+	envCredentials  = "TOLLGATE_DEMO_CREDENTIALS"   // access keys and secrets whose signatures are checked (none: anonymous requests only; AKID:SECRET,…)
+	envDomains      = "TOLLGATE_S3_DOMAINS"         // domains of virtual-hosted addressing, bucket.<domain> (s3.localhost; comma list)
 	defaultAddr     = "127.0.0.1:9000"
 	defaultDomains  = "s3.localhost"
 	shutdownTimeout = 10 * time.Second

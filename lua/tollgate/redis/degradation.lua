@@ -61,7 +61,7 @@ end
 -- stall's start is only known to be after the last run); a call's time is taken
 -- net of the stalls during it: those measured since its mark, and the one under way (the timer
 -- is due but could not run yet: the loop was busy until now).
-local LAG_EVERY = 0.02
+local LAG_EVERY = 0.05
 local TOLERANCE = 0.005
 local stall_total, last_fire = 0, nil
 

@@ -127,9 +127,10 @@ function _M.init_worker()
         on_start = deg.mark,
         on_result = function(rerr, unavailable, sec, mark)
             metrics.redis_latency(sec)
-            deg.observe(sec, mark)
+            local stalled = deg.stalled(sec, mark)
+            deg.observe(sec - stalled)
             -- a timeout that is mostly this worker's own stall says nothing about Redis
-            deg.result(rerr, unavailable and deg.stalled(sec, mark) < sec / 2)
+            deg.result(rerr, unavailable and stalled < sec / 2)
         end,
     })
     if not client then

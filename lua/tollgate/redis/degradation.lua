@@ -61,7 +61,7 @@ end
 -- stall's start is only known to be after the last run); a call's time is taken
 -- net of the stalls during it: those measured since its mark, and the one under way (the timer
 -- is due but could not run yet: the loop was busy until now).
-local LAG_EVERY = 0.05
+local LAG_EVERY = 0.02
 local TOLERANCE = 0.005
 local stall_total, last_fire = 0, nil
 
@@ -90,11 +90,9 @@ function _M.stalled(sec, mark)
     return stalled < sec and stalled or sec
 end
 
---- A Redis round trip finished after `sec` seconds (ok or not), net of the worker's stalls
---- since `mark` (mark(); without it the time counts as it is).
-function _M.observe(sec, mark)
-    add(sec - _M.stalled(sec, mark))
-end
+--- A Redis round trip finished after `sec` seconds (ok or not), net of this worker's stalls
+--- (stalled()).
+_M.observe = add
 
 local function lag(premature)
     if premature then

@@ -39,6 +39,7 @@ lint: deps
 	@test -z "$$(gofmt -l controlplane demo internal t bench sim docs *.go)" || { gofmt -l controlplane demo internal t bench sim docs *.go; echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) test -count=1 -run TestAPIDocListsTheRoutes ./controlplane/internal/api
+	$(GO) test -count=1 ./docs
 
 # rewrite the route table of docs/api.md from the OpenAPI document (make lint checks it)
 api-doc:

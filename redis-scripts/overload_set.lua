@@ -1,5 +1,5 @@
 -- overload_set: record a cluster's measured usage (consumption / capacity) for the overload
--- reduction (Req 4.4, DESIGN section 3): above 90 % the refill factor of P1-P3 falls linearly
+-- reduction (Req 4.4, docs/design.md §3): above 90 % the refill factor of P1-P3 falls linearly
 -- towards its emergency ratio, reached at 100 %; P0 is never reduced. The record expires after
 -- ttl seconds, so a stopped control plane cannot leave a cluster reduced.
 -- KEYS[1] l1 hash

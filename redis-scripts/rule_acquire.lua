@@ -1,4 +1,4 @@
--- Lease of a global rule's capacity (contract §2, distribution "global"): grant up to
+-- Lease of a global rule's capacity (docs/rules-contract.md §2, distribution "global"): grant up to
 -- `requested` units (all-or-nothing below `min`) from the counter of one rule and scope key.
 -- KEYS[1] = rule_counter(rule_id) .. <alg>:<scope key> (a hash)
 -- ARGV = algorithm, limit, window_s, burst, requested, min[, now_us]

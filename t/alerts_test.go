@@ -1,4 +1,4 @@
-// Alerts provoked for real (rules contract §9): a real gateway and control plane on one
+// Alerts provoked for real (docs/rules-contract.md §9): a real gateway and control plane on one
 // Redis; each condition is caused through nginx or the admin API, the alert is listed by
 // GET /api/v1/alerts and pushed over the WebSocket, and resolves when the condition ends.
 package t
@@ -184,7 +184,7 @@ func alertStackWith(t *testing.T, o alertOptions) (*stack, *adminAPI, *alertFeed
 }
 
 // alertIDOf is the id the control plane gives the alert of kind on resource: "<kind>-<resource>",
-// or the kind and a hash when the resource is no plain id (contract §9).
+// or the kind and a hash when the resource is no plain id (docs/rules-contract.md §9).
 func alertIDOf(kind, resource string) string {
 	id := kind + "-" + resource
 	if !keys.ValidID(id) {

@@ -7,7 +7,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// baseCost is DESIGN §2's table, written here independently of the Lua classifier.
+// baseCost is docs/design.md §2's table, written here independently of the Lua classifier.
 func baseCost(method, path, query string, copySource bool) int {
 	has := func(name string) bool {
 		for _, kv := range strings.Split(query, "&") {

@@ -14,9 +14,9 @@ import (
 	"tollgate/t/harness"
 )
 
-// Rules (contract §2) through real nginx (2 workers) and Redis. Rules are written the way the
-// control plane writes them: HSET ratelimit:rules + INCR ratelimit:config:version + PUBLISH,
-// in one MULTI/EXEC; each test polls /health until every node enforces the new version.
+// Rules (docs/rules-contract.md §2) through real nginx (2 workers) and Redis. Rules are written the
+// way the control plane writes them: HSET ratelimit:rules + INCR ratelimit:config:version +
+// PUBLISH, in one MULTI/EXEC; each test polls /health until every node enforces the new version.
 
 type rule map[string]any
 

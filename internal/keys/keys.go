@@ -49,6 +49,10 @@ func ConnNodeStats(cluster, app, node string) string {
 // AppsIndex is the hash app -> JSON config read by gateways (no hash tag).
 func AppsIndex() string { return rlPrefix + "apps" }
 
+// AppIDs is the sorted set of the app ids of AppsIndex, every score 0 (no hash tag): the
+// control plane pages and prefix-searches it by lex range instead of reading every app.
+func AppIDs() string { return rlPrefix + "apps:ids" }
+
 // ClustersIndex is the set of cluster ids (no hash tag).
 func ClustersIndex() string { return rlPrefix + "clusters" }
 

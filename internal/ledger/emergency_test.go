@@ -110,7 +110,7 @@ func b0Need(b L2, step, g int64, r, share float64) int64 {
 	return 1
 }
 
-// Overload (DESIGN section 3): above 90 % usage the refill factor of P1-P3 falls linearly to
+// Overload (docs/design.md §3): above 90 % usage the refill factor of P1-P3 falls linearly to
 // its emergency ratio at 100 %; P0 and usage up to 90 % keep factor 1; the factor is applied to
 // refill from the moment it is set and ends with its ttl.
 func TestOverloadFactor(t *testing.T) {

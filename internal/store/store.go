@@ -144,6 +144,9 @@ func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
 		if err := s.rdb.HSet(ctx, keys.AppsIndex(), a.AppID, doc).Err(); err != nil {
 			return fmt.Errorf("index: %w", err)
 		}
+		if err := s.rdb.ZAdd(ctx, keys.AppIDs(), redis.Z{Member: idMember(a.AppID)}).Err(); err != nil {
+			return fmt.Errorf("id index: %w", err)
+		}
 		return nil
 	}
 	if _, err := s.bumpVersion(WithChange(ctx, ChangeApp, a.AppID), index); err != nil {

@@ -1,4 +1,4 @@
--- Cost of a request: C_base(op) + ceil(bytes / quantum) * C_bw, capped (Req 1, DESIGN §2).
+-- Cost of a request: C_base(op) + ceil(bytes / quantum) * C_bw, capped (Req 1, docs/design.md §2).
 -- Pure Lua (no ngx): the operation table with its base costs and the arithmetic (the
 -- classifier is tollgate.s3).
 local ceil = math.ceil

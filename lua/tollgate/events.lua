@@ -1,8 +1,8 @@
--- Sampled events (contract §5): any phase calls emit(ev); at most TOLLGATE_EVENTS_PER_SEC
--- entries per second leave this node, the occurrences beyond that are counted per
--- (event_type, app_id, rule_id) and folded into the `sampled` field of the next entry of the
--- same kind. Entries wait in the tollgate_events dict (a list) until worker 0 moves them to the
--- Redis stream `ratelimit:events` about every second (XADD MAXLEN ~ 100000, pipelined); while
+-- Sampled events (docs/rules-contract.md §5): any phase calls emit(ev); at most
+-- TOLLGATE_EVENTS_PER_SEC entries per second leave this node, the occurrences beyond that are
+-- counted per (event_type, app_id, rule_id) and folded into the `sampled` field of the next entry
+-- of the same kind. Entries wait in the tollgate_events dict (a list) until worker 0 moves them to
+-- the Redis stream `ratelimit:events` about every second (XADD MAXLEN ~ 100000, pipelined); while
 -- Redis fails they wait, and what the full queue cannot take is dropped and counted.
 -- tollgate_events keys: q (the queue), r:<unix s> (entries queued in that second),
 -- f:<type>:<app>:<rule> (occurrences folded since the last entry of that kind).
@@ -126,7 +126,8 @@ function _M.push(ev, sampled)
     return true
 end
 
---- Queue event `ev` (a table of contract §5 fields) unless this second's budget is spent.
+--- Queue event `ev` (a table of docs/rules-contract.md §5 fields) unless this second's budget is
+--- spent.
 -- Never yields, never raises; returns true when an entry was queued.
 function _M.emit(ev)
     if type(ev) ~= "table" then

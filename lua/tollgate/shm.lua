@@ -7,7 +7,7 @@ local _M = { dict = dict }
 local cache = {}
 local cache_n = 0
 
---- Local key names of app `id` (seed 000's `app:{id}:…` layout).
+--- Local key names of app `id` (the layout of docs/design.md §4).
 function _M.keys(id)
     local k = cache[id]
     if k then

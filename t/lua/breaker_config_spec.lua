@@ -1,4 +1,4 @@
--- Breaker config checks (contract §3) of the gateway.
+-- Breaker config checks (docs/rules-contract.md §3) of the gateway.
 package.path = "lua/?.lua;./?.lua;" .. package.path
 local corpus = require("t.lua.corpus")
 local bc = require("tollgate.breaker.config")

@@ -1,4 +1,4 @@
--- The cost calculator (Req 1, Property 1, DESIGN §2); the classifier is in s3_spec.lua.
+-- The cost calculator (Req 1, Property 1, docs/design.md §2); the classifier is in s3_spec.lua.
 package.path = "lua/?.lua;" .. package.path
 local cost = require("tollgate.cost")
 

@@ -10,7 +10,7 @@ package.loaded["tollgate.request.state"] = nil
 local reqstate = require("tollgate.request.state")
 
 local function sources()
-    local p = io.popen("ls lua/tollgate/*.lua")
+    local p = io.popen("find lua/tollgate -name '*.lua'")
     local files = {}
     for f in p:lines() do
         files[#files + 1] = f

@@ -110,7 +110,7 @@ describe('admin console on a real stack', () => {
     const { page } = admin
     const apps = new AppsPage(page, stack.base)
     await apps.goto()
-    await apps.search('photo')
+    await apps.search('E2E-pho') // an id prefix, case ignored
     await until(async () => {
       const ids = await apps.ids()
       return ids.length === 1 && ids[0] === APP

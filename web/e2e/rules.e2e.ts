@@ -14,7 +14,7 @@ import { ADMIN, Api, demoBackend, gatewayConfigVersion, redisCli, send, startSta
 
 const RULE = 'e2e-puts'
 // the stack's gateway location sets no $tollgate_backend: its backend is "default"
-// (nginx/gateway.conf.tmpl, contract §3)
+// (nginx/gateway.conf.tmpl, docs/rules-contract.md §3)
 const BREAKER = 'default'
 const VIEWER = { username: 'e2e-viewer', password: 'e2e-viewer-password-1' }
 

@@ -12,7 +12,8 @@ import (
 
 // The quick mode end to end against real redis-server, nginx and wrk: the table has the five
 // variants, each served requests and answered nothing but 2xx, and the lease-based gateway asks
-// Redis far less often than the Redis-per-request limiter. No timing is asserted (DESIGN §10).
+// Redis far less often than the Redis-per-request limiter. No timing is asserted
+// (docs/design.md §10).
 func TestQuickRunEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts redis-server, five nginx and wrk (about 25 s)")

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Thresholds of the goals (DESIGN §10, the benchmark's brief).
+// Thresholds of the goals (docs/design.md §10, the benchmark's brief).
 const (
 	MinRatioToPlain  = 0.90 // (b) ≥ 0.90 × (a)
 	MinHitRatio      = 0.99 // L3 hit ratio of (b)

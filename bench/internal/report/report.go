@@ -1,6 +1,6 @@
 // Package report turns the benchmark's per-round samples into the result table: medians per
-// metric over the rounds, ratios to the plain baseline, the goals of DESIGN §10, and the table
-// as aligned text and as Markdown.
+// metric over the rounds, ratios to the plain baseline, the goals of docs/design.md §10, and the
+// table as aligned text and as Markdown.
 package report
 
 import (

@@ -16,7 +16,7 @@ import (
 	"tollgate/controlplane/internal/users"
 )
 
-// publicRoutes are the only routes answered without a token (DESIGN §9).
+// publicRoutes are the only routes answered without a token (docs/design.md §9).
 var publicRoutes = []string{
 	"GET /health",
 	"GET /api/v1/openapi.json",

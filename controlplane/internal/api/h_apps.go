@@ -36,7 +36,7 @@ type appFilter struct {
 }
 
 func (f appFilter) match(a store.App) bool {
-	return (f.search == "" || strings.Contains(strings.ToLower(a.AppID), f.search)) &&
+	return (f.search == "" || strings.HasPrefix(strings.ToLower(a.AppID), f.search)) &&
 		(f.cluster == "" || a.ClusterID == f.cluster) &&
 		(f.priority < 0 || a.Priority == f.priority) &&
 		(f.enabled == nil || a.Enabled == *f.enabled)
@@ -58,7 +58,14 @@ func parseAppFilter(c *gin.Context) (appFilter, error) {
 	return f, err
 }
 
-// listApps: GET /apps?page=&limit=&search=&cluster_id=&priority=&enabled=
+// onlySearch: the filter is at most an id prefix, which the id index answers.
+func (f appFilter) onlySearch() bool {
+	return f.cluster == "" && f.priority < 0 && f.enabled == nil
+}
+
+// listApps: GET /apps?page=&limit=&search=&cluster_id=&priority=&enabled= — search is an id
+// prefix (case ignored). Without the other filters a page is read from the id index (one page
+// of apps from Redis, whatever their number); with them, the cached list is filtered.
 func (s *server) listApps(c *gin.Context) {
 	page, err := queryInt(c, "page", 1, 1, 1000000)
 	if err != nil {
@@ -76,19 +83,30 @@ func (s *server) listApps(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	all, err := s.opts.Changes.ListApps(ctx)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	matched := make([]store.App, 0, len(all)) // all is shared: never filter it in place
-	for _, a := range all {
-		if f.match(a) {
-			matched = append(matched, a)
+	var pageApps []store.App
+	var total int
+	if f.onlySearch() {
+		p, err := s.opts.Changes.PageApps(ctx, f.search, int64(page-1)*int64(limit), int64(limit))
+		if err != nil {
+			s.fail(c, err)
+			return
 		}
+		pageApps, total = p.Apps, int(p.Total)
+	} else {
+		all, err := s.opts.Changes.ListApps(ctx)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		matched := make([]store.App, 0, len(all)) // all is shared: never filter it in place
+		for _, a := range all {
+			if f.match(a) {
+				matched = append(matched, a)
+			}
+		}
+		from := min((page-1)*limit, len(matched))
+		pageApps, total = matched[from:min(from+limit, len(matched))], len(matched)
 	}
-	from := min((page-1)*limit, len(matched))
-	pageApps := matched[from:min(from+limit, len(matched))]
 	conns, err := s.opts.Changes.Connections(ctx, pageApps)
 	if err != nil {
 		s.fail(c, err)
@@ -98,7 +116,7 @@ func (s *server) listApps(c *gin.Context) {
 	for _, a := range pageApps {
 		out = append(out, viewOf(a, conns[a.AppID]))
 	}
-	okMeta(c, out, gin.H{"total": len(matched), "page": page, "limit": limit})
+	okMeta(c, out, gin.H{"total": total, "page": page, "limit": limit})
 }
 
 func (s *server) getApp(c *gin.Context) {

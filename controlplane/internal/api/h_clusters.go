@@ -13,7 +13,7 @@ import (
 	"tollgate/internal/store"
 )
 
-// DefaultReservedRatio of a new cluster (DESIGN §3).
+// DefaultReservedRatio of a new cluster (docs/design.md §3).
 const DefaultReservedRatio = 0.1
 
 type clusterFields struct {

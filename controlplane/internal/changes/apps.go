@@ -60,6 +60,12 @@ func (s *Service) ListApps(ctx context.Context) ([]store.App, error) {
 	return s.o.Catalog.ListApps(ctx)
 }
 
+// PageApps returns one page of the apps whose id starts with prefix (ignoring case), in id
+// order, and how many match: read from the id index, never every app.
+func (s *Service) PageApps(ctx context.Context, prefix string, offset, limit int64) (store.AppPage, error) {
+	return s.o.Store.PageApps(ctx, prefix, offset, limit)
+}
+
 // Connections reads the connection limits of apps in one pipeline; apps without limits in
 // Redis (the gateway defaults apply) are absent from the map.
 func (s *Service) Connections(ctx context.Context, apps []store.App) (map[string]*validate.ConnLimits, error) {
@@ -200,7 +206,7 @@ func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) 
 	c := cur.ClusterID
 	// the app, then its access keys and buckets, leave in one config version
 	v, err := s.o.Store.Bump(ctx, func(ctx context.Context) error {
-		if err := s.o.Redis.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
+		if err := s.o.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}
 		return s.o.Store.RemoveAppIdentity(ctx, id)

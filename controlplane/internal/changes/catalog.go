@@ -12,6 +12,8 @@ type CatalogStore interface {
 	ListApps(ctx context.Context) ([]store.App, error)
 	GetCluster(ctx context.Context, id string) (store.Cluster, error)
 	ConfigVersion(ctx context.Context) (int64, error)
+	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
+	ClusterAllocated(ctx context.Context, cluster string) (int64, error)
 }
 
 // Catalog caches the app list per config version: every write of an app bumps the version
@@ -66,4 +68,14 @@ func (c *Catalog) cached(v int64) ([]store.App, bool) {
 // GetCluster reads a cluster (not cached: one HMGET).
 func (c *Catalog) GetCluster(ctx context.Context, id string) (store.Cluster, error) {
 	return c.st.GetCluster(ctx, id)
+}
+
+// GetApps reads the apps of ids (not cached: one HMGET, whatever the number of apps).
+func (c *Catalog) GetApps(ctx context.Context, ids []string) (map[string]store.App, error) {
+	return c.st.GetApps(ctx, ids)
+}
+
+// ClusterAllocated reads a cluster's maintained allocated sum (not cached: one HGET).
+func (c *Catalog) ClusterAllocated(ctx context.Context, cluster string) (int64, error) {
+	return c.st.ClusterAllocated(ctx, cluster)
 }

@@ -1,4 +1,4 @@
-// Package changes is the write path of the admin API (DESIGN §8): every config change is
+// Package changes is the write path of the admin API (docs/design.md §8): every config change is
 // validated by the token-economy validator (or, for cluster connection limits, by the same kind
 // of field rules), answered with the validation result and a field-level diff when it is a dry
 // run, else written atomically per key with a config version bump announced on
@@ -56,6 +56,11 @@ type Store interface {
 	PutBucket(ctx context.Context, bucket, app string) (string, int64, error)
 	DeleteBucket(ctx context.Context, bucket string) (string, int64, error)
 	RemoveAppIdentity(ctx context.Context, app string) error
+
+	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
+	ClusterAllocated(ctx context.Context, cluster string) (int64, error)
+	RemoveApp(ctx context.Context, id string) error
+	PageApps(ctx context.Context, prefix string, offset, limit int64) (store.AppPage, error)
 }
 
 // Validator validates changes (implemented by *validate.Validator).

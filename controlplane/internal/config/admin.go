@@ -13,7 +13,7 @@ import (
 	"tollgate/internal/keys"
 )
 
-// Environment variables of the admin API (README "Admin API").
+// Environment variables of the admin API (docs/operations.md "Settings").
 const (
 	EnvAdminUser     = "TOLLGATE_ADMIN_USER"         // first admin account, created on an empty user store (admin; [A-Za-z0-9_-]{1,128})
 	EnvAdminPassword = "TOLLGATE_ADMIN_PASSWORD"     // password of the first admin on first run (generated, printed once; 12 to 72 bytes)
@@ -35,7 +35,7 @@ const (
 	EnvTrustedProxy  = "TOLLGATE_CP_TRUSTED_PROXIES" // comma-separated proxy addresses or CIDRs whose X-Forwarded-For names the client (none; like 10.0.0.0/8)
 	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL"     // Prometheus answering the console's history (none; an http:// or https:// URL)
 
-	// alert thresholds (README "Alerts")
+	// alert thresholds (docs/operations.md "Alerts")
 	EnvAlertCleanupStalled  = "TOLLGATE_ALERT_CLEANUP_STALLED"   // alert cleanup_stalled: a node's last cleanup older than (120s; 1s to 24h)
 	EnvAlertSpikeWindow     = "TOLLGATE_ALERT_SPIKE_WINDOW"      // alert traffic_spike: the recent window (1m; 1s to 1h)
 	EnvAlertSpikeBaseline   = "TOLLGATE_ALERT_SPIKE_BASELINE"    // alert traffic_spike: the baseline before it (30m; 1s to 24h)

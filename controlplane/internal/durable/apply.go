@@ -32,7 +32,7 @@ type Writer struct {
 func (w Writer) deleteApp(ctx context.Context, a App) error {
 	c, id := a.ClusterID, a.AppID
 	if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
-		if err := w.Redis.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
+		if err := w.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}
 		return w.Store.RemoveAppIdentity(ctx, id) // its access keys and buckets go with it

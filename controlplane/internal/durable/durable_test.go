@@ -3,6 +3,7 @@ package durable
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,4 +185,54 @@ func TestWriteIntoAJustWipedStoreIsRefused(t *testing.T) {
 	if s := g.Status(); s.State != "lost" || s.Reason != ReasonEpochMissing {
 		t.Fatalf("status %+v", s)
 	}
+}
+
+// A stream of writes is snapshotted in a few exports, not one per write, and the last snapshot
+// holds the last write: nothing written is left out.
+func TestSnapshotsCoalesceAStreamOfWrites(t *testing.T) {
+	r := testutil.StartRedis(t)
+	set, err := scripts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.LoadAll(context.Background(), r.Client()); err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(r.Client(), set)
+	b := &Backups{Dir: t.TempDir(), Keep: 1000}
+	g := New(Options{Redis: r.Client(), Store: st, Backups: b, RedisID: "redis://this:1/0", Wait: 0,
+		SnapshotGap: 300 * time.Millisecond})
+	if err := g.Init(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st.SetHooks(g.Hooks())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx, Reader{Redis: r.Client(), Store: st}) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if _, err := st.PutCluster(ctx, store.Cluster{ID: "c1", Capacity: 1_000_000, ReservedRatio: 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	const writes = 200
+	var last int64
+	start := time.Now()
+	for i := 0; i < writes; i++ {
+		if _, err := st.PutApp(ctx, store.App{AppID: fmt.Sprintf("a%03d", i), ClusterID: "c1", GuaranteedQuota: 1,
+			BurstQuota: 2, Priority: 1, Enabled: true}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond) // a stream, not a burst
+	}
+	if last, err = st.ConfigVersion(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		s, _, err := b.Latest()
+		return err == nil && s != nil && s.Version == last && len(s.Config.Apps) == writes
+	}, "the last write in the newest snapshot")
+	names, _ := b.List()
+	if most := int(time.Since(start)/(300*time.Millisecond)) + 2; len(names) > most {
+		t.Fatalf("%d snapshots for %d writes in %v: not coalesced (at most %d)", len(names), writes, time.Since(start), most)
+	}
+	t.Logf("%d snapshots for %d writes", len(names), writes)
 }

@@ -2,6 +2,7 @@ package durable
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +42,11 @@ type Options struct {
 	Logger     *slog.Logger
 	OnChange   func(Status) // sees every change of state (lost, back)
 	MaxGateway func(ctx context.Context) int64
+	// SnapshotGap is the least time between the end of a snapshot and the start of the next
+	// (100 ms); the gap grows to 4 times the last snapshot's duration, at most 30 s, so that a
+	// whole-config export, O(apps), is not run back to back under a stream of writes. A change
+	// made meanwhile is never dropped: it is in the next snapshot, taken when the gap is over.
+	SnapshotGap time.Duration
 }
 
 // Status is what /health, /metrics and the API report about the config store.
@@ -69,7 +75,8 @@ type Guard struct {
 	restoring bool
 	replicas  int
 	repAt     time.Time
-	lastSnap  string // the last snapshot's epoch, version and config (not written twice)
+	lastSnap  [32]byte  // hash of the last snapshot's epoch, version and config (not written twice)
+	nextSnap  time.Time // no snapshot starts before (Run's goroutine only)
 }
 
 // New returns a guard; Init decides the state, Run watches.
@@ -82,6 +89,9 @@ func New(o Options) *Guard {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.SnapshotGap <= 0 {
+		o.SnapshotGap = 100 * time.Millisecond
 	}
 	return &Guard{o: o, trigger: make(chan struct{}, 1), st: Status{State: "ok"}}
 }
@@ -313,9 +323,13 @@ func (g *Guard) kick() {
 }
 
 // Run checks the store every Check interval and writes snapshots after changes, until ctx ends.
+// Changes are coalesced: a change schedules one snapshot (after SnapshotGap, or when the gap
+// after the previous snapshot is over); changes until it starts are in it; a change during it
+// schedules the next.
 func (g *Guard) Run(ctx context.Context, exp Reader) {
 	t := time.NewTicker(g.o.Check)
 	defer t.Stop()
+	var due <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -323,7 +337,14 @@ func (g *Guard) Run(ctx context.Context, exp Reader) {
 		case <-t.C:
 			g.check(ctx)
 		case <-g.trigger:
+			if due == nil {
+				due = time.After(max(g.o.SnapshotGap, time.Until(g.nextSnap)))
+			}
+		case <-due:
+			due = nil
+			start := time.Now()
 			g.snapshot(ctx, exp)
+			g.nextSnap = time.Now().Add(min(30*time.Second, 4*time.Since(start)))
 		}
 	}
 }
@@ -384,11 +405,6 @@ func (g *Guard) snapshot(ctx context.Context, exp Reader) {
 	if g.o.Backups == nil || g.Lost() {
 		return
 	}
-	time.Sleep(100 * time.Millisecond) // let a burst of writes settle into one snapshot
-	select {
-	case <-g.trigger:
-	default:
-	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	g.check(ctx) // a store that just went away must not be snapshotted as the config
@@ -410,7 +426,11 @@ func (g *Guard) snapshot(ctx context.Context, exp Reader) {
 	var name string
 	if err == nil && !g.Lost() {
 		j, _ := json.Marshal(doc)
-		key := fmt.Sprint(epoch, " ", version, " ", string(j))
+		h := sha256.New()
+		fmt.Fprint(h, epoch, " ", version, " ")
+		h.Write(j)
+		var key [32]byte
+		h.Sum(key[:0])
 		if key == g.lastSnap {
 			return
 		}

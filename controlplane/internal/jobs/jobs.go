@@ -4,7 +4,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -102,24 +101,22 @@ func (r *Runner) loop(ctx context.Context, j Scheduled) {
 		c.runs.Add(1)
 		if err != nil && ctx.Err() == nil {
 			c.errors.Add(1)
-			r.log.Warn("job failed", "job", j.Job.Name(), "err", err, "took", time.Since(start))
+			r.log.Warn("job failed", "job", j.Job.Name(), "err", clip(err), "took", time.Since(start))
 		}
 	}
 }
 
 // EachCluster calls fn for every cluster list returns, goes on after a cluster that failed, and
-// returns the failures joined (the per-cluster loop of the leader's jobs).
+// returns the first failures joined (see Errors) (the per-cluster loop of the leader's jobs).
 func EachCluster(ctx context.Context, list func(context.Context) ([]string, error), name string,
 	fn func(context.Context, string) error) error {
 	clusters, err := list(ctx)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	var errs []error
+	var errs Errors
 	for _, c := range clusters {
-		if err := fn(ctx, c); err != nil {
-			errs = append(errs, err)
-		}
+		errs.Add(fn(ctx, c))
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }

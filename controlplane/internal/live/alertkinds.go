@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The alert kinds of the rules contract §9 that read the node reports of §6 and the
+// The alert kinds of docs/rules-contract.md §9 that read the node reports of §6 and the
 // connection statistics; thresholds are the constants and AlertSettings of alerts.go.
 
 // GlobalResource is the resource of the alerts about all apps together.
@@ -48,7 +48,7 @@ func trafficAlerts(s *Snapshot, tr *traffic, set AlertSettings) []Alert {
 }
 
 // spike returns the request rate over the last set.SpikeWindow and the baseline rate over the
-// set.SpikeBaseline before it; ok when the rate is a spike (contract §9).
+// set.SpikeBaseline before it; ok when the rate is a spike (docs/rules-contract.md §9).
 func spike(t *track, now int64, set AlertSettings) (rate, base float64, ok bool) {
 	w, span := t.over(now, set.SpikeWindow)
 	if span <= 0 {

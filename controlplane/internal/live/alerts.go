@@ -15,11 +15,11 @@ import (
 	"tollgate/internal/keys"
 )
 
-// Alert thresholds (rules contract §9; the README's "Alerts" section lists them, and
+// Alert thresholds (docs/rules-contract.md §9; docs/operations.md "Alerts" lists them, and
 // deploy/prometheus/tollgate-alerts.yml states the same conditions for Prometheus). The spike
 // windows and the cleanup age are defaults of AlertSettings, which a deployment may change.
 const (
-	DriftAlert     = 0.05 // DESIGN §3: drift bar
+	DriftAlert     = 0.05 // docs/design.md §3: drift bar
 	RedisSlowAlert = 100 * time.Millisecond
 
 	BlockRateAlert       = 0.10            // blocked / requests above this …
@@ -51,8 +51,8 @@ const (
 	trafficStep = 5 * time.Second
 )
 
-// AlertSettings are the alert thresholds a deployment may change (TOLLGATE_ALERT_*, README
-// "Alerts"); a zero field takes its default constant.
+// AlertSettings are the alert thresholds a deployment may change (TOLLGATE_ALERT_*,
+// docs/operations.md "Alerts"); a zero field takes its default constant.
 type AlertSettings struct {
 	CleanupStalled  time.Duration // cleanup_stalled: a live node's last cleanup older than this (CleanupStalled)
 	SpikeWindow     time.Duration // traffic_spike: the recent window (SpikeWindow) …
@@ -81,8 +81,8 @@ func (a AlertSettings) keep() time.Duration {
 // ErrAlertNotFound: no alert with that id.
 var ErrAlertNotFound = errors.New("alert not found")
 
-// Alert is one condition worth an operator's attention (seed 000's alerts model, plus the
-// kind, the resource and its life cycle).
+// Alert is one condition worth an operator's attention (the alerts of docs/operations.md
+// "Alerts": kind, resource, severity and life cycle).
 type Alert struct {
 	ID             string `json:"id"`
 	Kind           string `json:"kind"`

@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Dashboard is seed 000's DashboardData, plus the clusters and nodes it summarises.
+// Dashboard is the console's dashboard data (GET /api/v1/metrics), plus the clusters and nodes it
+// summarises.
 type Dashboard struct {
 	Overview      Overview       `json:"overview"`
 	Metrics       DashMetrics    `json:"metrics"`
@@ -21,7 +22,7 @@ type Dashboard struct {
 	Timestamp     int64          `json:"timestamp"`
 }
 
-// Overview of seed 000.
+// Overview is the dashboard's headline numbers.
 type Overview struct {
 	TotalApps        int     `json:"total_apps"`
 	ActiveApps       int     `json:"active_apps"` // enabled, with requests in the last hour
@@ -31,7 +32,7 @@ type Overview struct {
 	EmergencyMode    bool    `json:"emergency_mode"`
 }
 
-// DashMetrics of seed 000 (request_rate over the chosen range; cost_rate added).
+// DashMetrics are the dashboard's series (request_rate over the chosen range; cost_rate added).
 type DashMetrics struct {
 	RequestRate       []TimePoint       `json:"request_rate"`
 	CostRate          []TimePoint       `json:"cost_rate"`
@@ -69,7 +70,7 @@ type ConnectionStats struct {
 	Leaked1h   *int64 `json:"leaked_1h"`
 }
 
-// TopApp of seed 000.
+// TopApp is one row of the dashboard's top apps.
 type TopApp struct {
 	AppID       string `json:"app_id"`
 	Requests1h  int64  `json:"requests_1h"`
@@ -78,8 +79,8 @@ type TopApp struct {
 	Status      string `json:"status"` // normal, warning, critical
 }
 
-// RedisHealth of seed 000: status, p99 of the control plane's PING over recent collections (ms),
-// the worst latency a fresh gateway reports, and the pool usage.
+// RedisHealth is the dashboard's Redis health: status, p99 of the control plane's PING over recent
+// collections (ms), the worst latency a fresh gateway reports, and the pool usage.
 type RedisHealth struct {
 	Status              string  `json:"status"` // healthy, degraded, down
 	LatencyP99          float64 `json:"latency_p99"`

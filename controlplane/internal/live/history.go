@@ -12,7 +12,7 @@ func rangeSpans() map[string]time.Duration {
 
 const seriesPoints = 120
 
-// TimePoint is one point of a time series (seed 000's TimeSeriesData).
+// TimePoint is one point of a time series of the dashboard.
 type TimePoint struct {
 	Timestamp int64   `json:"timestamp"` // Unix seconds
 	Value     float64 `json:"value"`
@@ -44,7 +44,17 @@ func (r *ring) add(p point) {
 type series struct {
 	rings map[string]*ring
 	last  point
+	moved int64 // Unix seconds of the last point whose counters differ from the one before
 }
+
+// longest is the longest range, in seconds.
+var longest = func() int64 {
+	var l time.Duration
+	for _, d := range rangeSpans() {
+		l = max(l, d)
+	}
+	return int64(l / time.Second)
+}()
 
 func newSeries() *series {
 	s := &series{rings: map[string]*ring{}}
@@ -106,16 +116,25 @@ func inc(a, b int64) int64 {
 	return max(b, 0)
 }
 
-// history is the series of the cluster totals and of every app, and the previous snapshot
-// (for rates). Only the service's loop writes it, under the service's lock.
+// MaxAppSeries caps the apps with a series of their own (about 16 KiB each when full): an app
+// gets one when its counters first show traffic, and loses it once they have not moved for the
+// longest range (its series would read zero everywhere); at the cap, further apps have no
+// series (their history reads zero) until one is dropped. Apps that never had traffic, most of
+// a 100,000-app store, cost nothing here.
+const MaxAppSeries = 10000
+
+// history is the series of the cluster totals and of the apps with traffic, and the previous
+// snapshot (for rates). Only the service's loop writes it, under the service's lock.
 type history struct {
-	total *series
-	apps  map[string]*series
-	prev  *Snapshot
+	total   *series
+	apps    map[string]*series
+	prev    *Snapshot
+	max     int   // MaxAppSeries unless a test sets it
+	skipped int64 // apps with traffic left without a series at the cap
 }
 
 func newHistory() *history {
-	return &history{total: newSeries(), apps: map[string]*series{}}
+	return &history{total: newSeries(), apps: map[string]*series{}, max: MaxAppSeries}
 }
 
 // observe sets the rates of s from the previous snapshot and records its totals.
@@ -140,13 +159,28 @@ func (h *history) observe(s *Snapshot) {
 		cr := clusterRate[a.Cluster]
 		clusterRate[a.Cluster] = [2]float64{cr[0] + a.RequestRate, cr[1] + a.CostRate}
 		req, cost, rej = req+a.Requests, cost+a.Cost, rej+a.ConnRejected
-		seen[a.ID] = true
+		p := point{t: s.At.Unix(), req: a.Requests, cost: a.Cost, rej: a.ConnRejected}
 		sr := h.apps[a.ID]
-		if sr == nil {
+		switch {
+		case sr != nil && (p.req != sr.last.req || p.cost != sr.last.cost || p.rej != sr.last.rej):
+			sr.moved = p.t
+		case sr != nil && p.t-sr.moved > longest:
+			continue // idle for the longest range: dropped below
+		case sr == nil && p.req == 0 && p.cost == 0 && p.rej == 0:
+			continue // no traffic yet
+		case sr == nil && len(h.apps) >= h.max:
+			h.skipped++
+			continue
+		case sr == nil:
 			sr = newSeries()
+			sr.moved = p.t
 			h.apps[a.ID] = sr
+			if q, ok := prev[a.ID]; ok { // its point before the traffic started
+				sr.add(point{t: h.prev.At.Unix(), req: q.Requests, cost: q.Cost, rej: q.ConnRejected})
+			}
 		}
-		sr.add(point{t: s.At.Unix(), req: a.Requests, cost: a.Cost, rej: a.ConnRejected})
+		seen[a.ID] = true
+		sr.add(p)
 	}
 	for i := range s.Clusters {
 		cr := clusterRate[s.Clusters[i].ID]

@@ -10,7 +10,7 @@ import (
 	"tollgate/internal/keys"
 )
 
-// Message is a WebSocket message (seed 000's RealtimeUpdate).
+// Message is a WebSocket message (docs/api.md: GET /api/v1/ws).
 type Message struct {
 	Type      string `json:"type"` // metrics, alert, config_change, emergency
 	Data      any    `json:"data"`

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -124,5 +125,40 @@ func TestDashboardTopAppsAndStatus(t *testing.T) {
 	}
 	if d.RedisHealth.Status != "healthy" || d.RedisHealth.LatencyP99 != 1 {
 		t.Fatalf("redis health %+v", d.RedisHealth)
+	}
+}
+
+// The history holds series only for apps with traffic, at most max of them, and drops an app's
+// series once it has been idle for the longest range: 20,000 idle apps cost no series.
+func TestHistoryKeepsSeriesOnlyForAppsWithTraffic(t *testing.T) {
+	h := newHistory()
+	h.max = 3
+	t0 := time.Unix(1_800_000_000, 0)
+	apps := func(k int64, active int) []AppState {
+		out := make([]AppState, 20000)
+		for i := range out {
+			out[i] = AppState{ID: fmt.Sprintf("app-%05d", i), Cluster: "c1"}
+			if i < active {
+				out[i].Requests, out[i].Cost = k*10, k*20
+			}
+		}
+		return out
+	}
+	h.observe(snap(t0, apps(0, 0)...))
+	h.observe(snap(t0.Add(5*time.Second), apps(1, 2)...))
+	if len(h.apps) != 2 {
+		t.Fatalf("%d series for 2 apps with traffic", len(h.apps))
+	}
+	if w := h.apps["app-00001"].within("1h"); w.req != 10 || w.cost != 20 {
+		t.Fatalf("the first traffic of an app is lost: %+v", w)
+	}
+	h.observe(snap(t0.Add(10*time.Second), apps(2, 5)...))
+	if len(h.apps) != 3 || h.skipped != 2 {
+		t.Fatalf("%d series (%d skipped) at a cap of 3", len(h.apps), h.skipped)
+	}
+	// the same counters for longer than the longest range: the series go
+	h.observe(snap(t0.Add(10*time.Second+8*24*time.Hour), apps(2, 5)...))
+	if len(h.apps) != 0 {
+		t.Fatalf("%d series of apps idle for 8 days", len(h.apps))
 	}
 }

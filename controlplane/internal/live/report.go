@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// The node report additions of the rules contract §6: request and block counters (cumulative
+// The node report additions of docs/rules-contract.md §6: request and block counters (cumulative
 // since the node started), breaker states, leaked connection slots and the last run of the
 // connection cleanup. Each field is parsed on its own, so that one damaged field costs only
 // that field and never the node; values that are not finite non-negative numbers, ids that are

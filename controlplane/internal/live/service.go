@@ -154,7 +154,7 @@ func (s *Service) Latest(ctx context.Context) (*Snapshot, error) {
 	return s.snap, nil
 }
 
-// Dashboard is seed 000's dashboard data over range rng (1h, 6h, 24h, 7d).
+// Dashboard is the dashboard data over range rng (1h, 6h, 24h, 7d).
 func (s *Service) Dashboard(ctx context.Context, rng string) (Dashboard, error) {
 	if _, err := s.Latest(ctx); err != nil {
 		return Dashboard{}, err

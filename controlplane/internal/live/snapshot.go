@@ -1,7 +1,7 @@
 // Package live is the control plane's cluster view: every few seconds it reads what the
 // gateways reported to Redis (stats, leases, connection statistics, the gateway registry) and
 // the L1/L2 state, keeps short histories, derives alerts, and pushes metrics, alerts, config
-// changes and emergency notices to WebSocket subscribers. The dashboard data model of seed 000
+// changes and emergency notices to WebSocket subscribers. The console's dashboard data
 // and the Prometheus cluster collector are built from its snapshots.
 package live
 
@@ -93,7 +93,7 @@ type Node struct {
 	L3HitRatio       *float64 `json:"l3_hit_ratio"`
 	Stale            bool     `json:"stale"`
 	ConfigCurrent    bool     `json:"config_current"`
-	// rules contract §6 (absent from older gateways)
+	// docs/rules-contract.md §6 (absent from older gateways)
 	RequestsTotal      *int64                   `json:"requests_total,omitempty"`
 	BlockedTotal       *int64                   `json:"blocked_total,omitempty"`
 	Apps               map[string]NodeAppCounts `json:"-"`

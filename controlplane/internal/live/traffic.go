@@ -2,8 +2,8 @@ package live
 
 import "time"
 
-// traffic turns the cumulative counters the gateways report (rules contract §6: requests and
-// blocked per app and per node, leaked connection slots per node) into monotonic totals with
+// traffic turns the cumulative counters the gateways report (docs/rules-contract.md §6: requests
+// and blocked per app and per node, leaked connection slots per node) into monotonic totals with
 // timestamps, so that alerts can ask what happened over a window. A node's counters start at
 // zero when it restarts: a node whose requests_total went back counts all its counters from
 // zero, any other counter that went back counts from its new value (inc), and the first report

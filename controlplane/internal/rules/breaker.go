@@ -8,7 +8,7 @@ import (
 	"tollgate/controlplane/internal/validate"
 )
 
-// Breaker is a circuit breaker config: the JSON of ratelimit:breakers (contract §3).
+// Breaker is a circuit breaker config: the JSON of ratelimit:breakers (docs/rules-contract.md §3).
 type Breaker struct {
 	Name                string  `json:"name"`
 	Enabled             bool    `json:"enabled"`

@@ -21,7 +21,7 @@ const StaleAfter = 30 * time.Second
 
 const scanCount = 200
 
-// NodeState is one node's state of a breaker (from the node's report, contract §6).
+// NodeState is one node's state of a breaker (from the node's report, docs/rules-contract.md §6).
 type NodeState struct {
 	NodeID   string `json:"node_id"`
 	Key      string `json:"key"` // "<name>" or "<name>/<app>" (per_app breakers)

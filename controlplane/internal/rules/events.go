@@ -18,7 +18,7 @@ const (
 	maxEventsScanned  = 20000 // entries read per query at most; the cursor continues from there
 )
 
-// EventTypes are the event_type values of contract §5.
+// EventTypes are the event_type values of docs/rules-contract.md §5.
 // auth_failed: the backend refused a request as unauthenticated and the gateway refunded it.
 var EventTypes = []string{"request_blocked", "rule_triggered", "threshold_exceeded", "circuit_opened", "circuit_closed", "auth_failed"}
 
@@ -36,8 +36,8 @@ type EventFilter struct {
 	Cursor    string // continue with entries older than this stream id
 }
 
-// Event is one stream entry: its stream id and the known fields of contract §5; numeric fields
-// are numbers (left out when they do not parse), unknown fields are dropped.
+// Event is one stream entry: its stream id and the known fields of docs/rules-contract.md §5;
+// numeric fields are numbers (left out when they do not parse), unknown fields are dropped.
 type Event map[string]any
 
 // EventPage is a page of events, newest first; NextCursor is empty when nothing older is left.

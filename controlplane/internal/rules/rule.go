@@ -12,7 +12,7 @@ import (
 	"tollgate/controlplane/internal/validate"
 )
 
-// Enumerations of the rule JSON (contract §2).
+// Enumerations of the rule JSON (docs/rules-contract.md §2).
 var (
 	Scopes        = []string{"global", "app", "user", "ip", "endpoint"}
 	Algorithms    = []string{"token_bucket", "sliding_window", "fixed_window"}
@@ -56,7 +56,7 @@ type Match struct {
 	Headers   map[string]string `json:"headers,omitempty"`
 }
 
-// Rule is a stored rule: the JSON of ratelimit:rules (contract §2).
+// Rule is a stored rule: the JSON of ratelimit:rules (docs/rules-contract.md §2).
 type Rule struct {
 	ID                 string  `json:"id"`
 	Description        string  `json:"description"`

@@ -120,7 +120,7 @@ func statKeys(list []Rule) []string {
 // taken (checked again atomically by HSETNX).
 func (s *Service) CreateRule(ctx context.Context, actor string, f RuleFields, dryRun bool) (Outcome, error) {
 	a := attempt{actor: actor, action: action("rule", "create", dryRun)}
-	known, err := s.knownApps(ctx)
+	known, err := s.knownApps(ctx, f)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -156,7 +156,7 @@ func (s *Service) UpdateRule(ctx context.Context, actor, id string, f RuleFields
 	if err != nil {
 		return Outcome{}, err
 	}
-	known, err := s.knownApps(ctx)
+	known, err := s.knownApps(ctx, f)
 	if err != nil {
 		return Outcome{}, err
 	}

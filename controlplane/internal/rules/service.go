@@ -38,9 +38,9 @@ type Bumper interface {
 	Bump(ctx context.Context, write func(context.Context) error) (int64, error)
 }
 
-// Apps lists the configured apps (*changes.Catalog, *store.Store).
+// Apps reads configured apps by id (*changes.Catalog, *store.Store).
 type Apps interface {
-	ListApps(ctx context.Context) ([]store.App, error)
+	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
 }
 
 // Auditor records changes (*audit.Log).
@@ -114,17 +114,18 @@ func (s *Service) write(ctx context.Context, out *Outcome, fn func(context.Conte
 	return nil
 }
 
-// knownApps returns a lookup of the configured app ids.
-func (s *Service) knownApps(ctx context.Context) (AppExists, error) {
-	apps, err := s.o.Apps.ListApps(ctx)
+// knownApps returns a lookup of which of the app ids a rule names are configured: one HMGET of
+// those ids, whatever the number of apps.
+func (s *Service) knownApps(ctx context.Context, f RuleFields) (AppExists, error) {
+	var ids []string
+	if f.Match != nil {
+		ids = f.Match.AppIDs
+	}
+	apps, err := s.o.Apps.GetApps(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	set := make(map[string]bool, len(apps))
-	for _, a := range apps {
-		set[a.AppID] = true
-	}
-	return func(id string) bool { return set[id] }, nil
+	return func(id string) bool { _, ok := apps[id]; return ok }, nil
 }
 
 func marshal(v any) (string, error) {

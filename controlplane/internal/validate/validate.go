@@ -1,5 +1,5 @@
 // Package validate checks a proposed configuration change before the admin API writes it
-// (Req 16, Property 11, DESIGN section 8): every rule with a field-level message, the change
+// (Req 16, Property 11, docs/design.md §8): every rule with a field-level message, the change
 // checked against the current Redis state, a diff of what would change, a dry-run mode that
 // never writes (the validator never writes at all), and a log entry — plus an audit hook — for
 // every attempt.
@@ -63,10 +63,13 @@ type Result struct {
 	Diff       []DiffEntry `json:"diff"`
 }
 
-// State is the current config (implemented by *store.Store).
+// State is the current config (implemented by *store.Store). A validation reads only what the
+// change touches: its apps (one HMGET) and, per cluster, its config and the maintained sum of
+// its guaranteed quotas — never every app.
 type State interface {
 	GetCluster(ctx context.Context, id string) (store.Cluster, error)
-	ListApps(ctx context.Context) ([]store.App, error)
+	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
+	ClusterAllocated(ctx context.Context, cluster string) (int64, error)
 }
 
 // Attempt is what the audit hook receives for every validation.
@@ -129,19 +132,22 @@ func (v *Validator) validate(ctx context.Context, ch Change) (Result, error) {
 
 // current is the part of the state the change touches.
 type current struct {
-	clusters map[string]*store.Cluster // nil value: the cluster does not exist
-	apps     map[string]store.App
+	clusters  map[string]*store.Cluster // nil value: the cluster does not exist
+	allocated map[string]int64          // per existing cluster: the sum of its guaranteed quotas
+	apps      map[string]store.App      // the apps of the change that exist
 }
 
 func (v *Validator) current(ctx context.Context, ch Change) (current, error) {
-	cur := current{clusters: map[string]*store.Cluster{}, apps: map[string]store.App{}}
-	apps, err := v.state.ListApps(ctx)
+	cur := current{clusters: map[string]*store.Cluster{}, allocated: map[string]int64{}}
+	appIDs := make([]string, 0, len(ch.Apps))
+	for _, a := range ch.Apps {
+		appIDs = append(appIDs, a.AppID)
+	}
+	apps, err := v.state.GetApps(ctx, appIDs)
 	if err != nil {
 		return cur, fmt.Errorf("validate: %w", err)
 	}
-	for _, a := range apps {
-		cur.apps[a.AppID] = a
-	}
+	cur.apps = apps
 	ids := []string{}
 	if ch.Cluster != nil {
 		ids = append(ids, ch.Cluster.ID)
@@ -157,10 +163,14 @@ func (v *Validator) current(ctx context.Context, ch Change) (current, error) {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			cur.clusters[id] = nil
+			continue
 		case err != nil:
 			return cur, fmt.Errorf("validate: %w", err)
 		default:
 			cur.clusters[id] = &c
+		}
+		if cur.allocated[id], err = v.state.ClusterAllocated(ctx, id); err != nil {
+			return cur, fmt.Errorf("validate: %w", err)
 		}
 	}
 	return cur, nil
@@ -239,16 +249,22 @@ func (c *checker) app(i int, a App, seen map[string]bool, cur current) {
 // capacity checks, for every cluster the change touches, that the guaranteed quotas of its apps
 // after the change stay within 90 % of its capacity (and within 1 - reserved_ratio).
 func (c *checker) capacity(ch Change, cur current) {
-	after := map[string]store.App{}
-	for id, a := range cur.apps {
-		after[id] = a
-	}
+	// the sum after the change: the cluster's maintained sum, less the old quota of each app the
+	// change rewrites there, plus its new quota (the last one of an id given twice)
+	delta := map[string]int64{}
+	last := map[string]App{}
 	touched := map[string]bool{}
 	for _, a := range ch.Apps {
 		if keys.ValidID(a.AppID) {
-			after[a.AppID] = a.App
+			last[a.AppID] = a
 		}
 		touched[a.ClusterID] = true
+	}
+	for id, a := range last {
+		if old, ok := cur.apps[id]; ok {
+			delta[old.ClusterID] -= old.GuaranteedQuota
+		}
+		delta[a.ClusterID] += a.GuaranteedQuota
 	}
 	if ch.Cluster != nil {
 		touched[ch.Cluster.ID] = true
@@ -273,12 +289,7 @@ func (c *checker) capacity(ch Change, cur current) {
 		if cl.Capacity <= 0 || math.IsNaN(cl.ReservedRatio) || cl.ReservedRatio < 0 || cl.ReservedRatio >= 1 {
 			continue // already reported: no limit to check against
 		}
-		var sum int64
-		for _, a := range after {
-			if a.ClusterID == id {
-				sum += a.GuaranteedQuota
-			}
-		}
+		sum := cur.allocated[id] + delta[id]
 		share := math.Min(MaxAllocatable, 1-cl.ReservedRatio)
 		limit := int64(math.Floor(float64(cl.Capacity)*share + 1e-6))
 		if sum > limit {

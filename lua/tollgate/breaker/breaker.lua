@@ -1,4 +1,4 @@
--- Circuit breakers of storage backends (contract §3, seed 002 §6), evaluated per gateway node.
+-- Circuit breakers of storage backends (docs/rules-contract.md §3), evaluated per gateway node.
 -- The location names its backend with `set $tollgate_backend <name>;` (else "default"); a
 -- per_app breaker keeps one state per (backend, app). State lives in the tollgate_breakers dict,
 -- shared by the workers:

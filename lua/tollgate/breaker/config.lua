@@ -1,5 +1,5 @@
--- Circuit-breaker configs (contract §3; fields the gateway does not use, e.g. audit stamps of the
--- API, are ignored): `ratelimit:breakers` (name -> JSON) is read in the same
+-- Circuit-breaker configs (docs/rules-contract.md §3; fields the gateway does not use, e.g. audit
+-- stamps of the API, are ignored): `ratelimit:breakers` (name -> JSON) is read in the same
 -- reload as the apps into config_dict key "breakers" (one JSON object of the good configs), and
 -- compiled by each worker once per config generation (tollgate.breaker.breaker).
 local cjson = require("cjson.safe")

@@ -263,8 +263,8 @@ function _M.epoch()
 end
 
 -- Compare the store's epoch and version with what this gateway knows: a store whose epoch is
--- gone or another, or whose version went back, is not obeyed (DESIGN: the last good config
--- stays). Logged once per loss, counted. Returns the reason, or nil when the store is good.
+-- gone or another, or whose version went back, is not obeyed (docs/design.md §8: the last good
+-- config stays). Logged once per loss, counted. Returns the reason, or nil when the store is good.
 local function check_store(epoch, version)
     local known, last = cdict:get("epoch"), cdict:get("version")
     local reason

@@ -1,5 +1,5 @@
 -- Config watch (worker 0): apply a new config version at once on a pub/sub notice, and poll
--- the version so that a missed notice converges within one poll interval (DESIGN §8).
+-- the version so that a missed notice converges within one poll interval (docs/design.md §8).
 -- Also announces this node in `ratelimit:gateways` (id, last report, config version).
 local config = require("tollgate.config.apps")
 local emergency = require("tollgate.lease.emergency")

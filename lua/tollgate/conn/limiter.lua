@@ -1,4 +1,4 @@
--- Connection limiter (Req 17-19, DESIGN §6): requests in flight per app and per storage
+-- Connection limiter (Req 17-19, docs/design.md §6): requests in flight per app and per storage
 -- cluster, checked before the token bucket and released in the log phase.
 -- In-flight counts move only by atomic increments (connlimit_dict:incr),
 -- increment-then-check with undo, so two workers can never both take the last slot. Limits:

@@ -1,5 +1,5 @@
--- Emergency mode on the gateway (Req 6, DESIGN §3 "Emergency"). The control plane activates it
--- in Redis (L1 hash: emergency_mode, emergency_until) and announces it on ratelimit:emergency;
+-- Emergency mode on the gateway (Req 6, docs/design.md §3 "Emergency"). The control plane activates
+-- it in Redis (L1 hash: emergency_mode, emergency_until) and announces it on ratelimit:emergency;
 -- every node applies it at once: P3 apps are refused locally with `emergency_blocked`, P1/P2
 -- leases are cut to their ratio (the rest goes back to L2 with the next report), and L2 grants
 -- apply the ratios to refills. The state expires on the node at `until` by itself, so an

@@ -1,4 +1,4 @@
--- Consumption reports and lease upkeep (Req 2.5, DESIGN §3). Worker 0 ticks every sync
+-- Consumption reports and lease upkeep (Req 2.5, docs/design.md §3). Worker 0 ticks every sync
 -- interval: it reports each app's pending consumption, adapts the reserve target to the app's
 -- rate on this node, and returns the tokens of idle leases to L2. Any worker reports an app
 -- early once 1000 requests are pending. A report carries (node, seq): Redis applies it at most

@@ -1,4 +1,4 @@
--- Degradation levels and the Redis circuit breaker of a node (Req 11, DESIGN §7).
+-- Degradation levels and the Redis circuit breaker of a node (Req 11, docs/design.md §7).
 --   level 0 normal       Redis latency < 10 ms    reserve 1x min target, sync every interval
 --   level 1 mild         10-100 ms                reserve 2x, sync 5x less often
 --   level 2 significant  > 100 ms                 reserve 5x, sync 10x less often

@@ -1,6 +1,6 @@
 -- IP addresses and CIDR blocks (IPv4 and IPv6) for rule matching and trusted proxies
--- (contract §4). Addresses are binary strings: 4 bytes for IPv4 (IPv4-mapped IPv6 addresses
--- such as ::ffff:10.0.0.1 become IPv4), 16 for IPv6. Pure Lua (runs under busted too).
+-- (docs/rules-contract.md §4). Addresses are binary strings: 4 bytes for IPv4 (IPv4-mapped IPv6
+-- addresses such as ::ffff:10.0.0.1 become IPv4), 16 for IPv6. Pure Lua (runs under busted too).
 local bit = require("bit")
 
 local band = bit.band

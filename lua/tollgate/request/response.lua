@@ -1,4 +1,4 @@
--- Rejections: the JSON body and headers of DESIGN §5 (seed 000 "HTTP 响应格式"), or S3's XML
+-- Rejections: the JSON body and headers of docs/design.md §5, or S3's XML
 -- error dialect for requests that carry S3 credentials (every request with
 -- TOLLGATE_ERROR_FORMAT=s3): <Error><Code>SlowDown</Code>... with X-Tollgate-Reason.
 local cjson = require("cjson.safe")

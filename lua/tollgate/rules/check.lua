@@ -1,5 +1,5 @@
--- Rules (contract §2): per worker, the rule set of the current config generation compiled
--- once (checked, sorted by priority then id, indexed by app and method), then checked for
+-- Rules (docs/rules-contract.md §2): per worker, the rule set of the current config generation
+-- compiled once (checked, sorted by priority then id, indexed by app and method), then checked for
 -- each request after the connection limiter and before the tiers. Without rules a request
 -- pays one comparison (the generation comes from config.on_generation, not from the dict).
 -- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
@@ -150,7 +150,7 @@ local function path()
     return req.uri
 end
 
--- rule_triggered event (contract §5); the table is built only when sampling keeps it
+-- rule_triggered event (docs/rules-contract.md §5); the table is built only when sampling keeps it
 local function triggered(r, action, skey, method, remaining)
     local sampled = events.take("rule_triggered", req.app, r.id)
     if not sampled then

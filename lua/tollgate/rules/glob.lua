@@ -1,6 +1,6 @@
--- Path globs of rules (contract §2): '*' matches a run of bytes other than '/', '**' (and any
--- longer run of asterisks) a run of any bytes; every other byte stands for itself. Every URI
--- costs at most about #uri x #glob steps, whatever the glob (a Lua pattern with two '.*'
+-- Path globs of rules (docs/rules-contract.md §2): '*' matches a run of bytes other than '/', '**'
+-- (and any longer run of asterisks) a run of any bytes; every other byte stands for itself. Every
+-- URI costs at most about #uri x #glob steps, whatever the glob (a Lua pattern with two '.*'
 -- backtracked for minutes on a long URI). A glob is compiled once into one of:
 --  * exact: no asterisk, a string comparison;
 --  * pat: no '**' and a '/' between any two '*': a Lua pattern ('*' -> '[^/]*'). string.find

@@ -1,6 +1,6 @@
--- Rule JSON (contract §2) -> a checked, compiled rule table; and the load of `ratelimit:rules`
--- into config_dict by config.reload. Every field is checked: a rule that does not parse is
--- refused whole (the gateway keeps the last good copy of it). Pure Lua apart from load().
+-- Rule JSON (docs/rules-contract.md §2) -> a checked, compiled rule table; and the load of
+-- `ratelimit:rules` into config_dict by config.reload. Every field is checked: a rule that does not
+-- parse is refused whole (the gateway keeps the last good copy of it). Pure Lua apart from load().
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
 local hashload = require("tollgate.config.hashload")

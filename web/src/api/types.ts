@@ -249,14 +249,14 @@ export interface EmergencyEvent {
   until: number
 }
 
-// ---- metrics (live.Dashboard, seed 000 "Dashboard data model") ----------------------------------
+// ---- metrics (live.Dashboard) ----------------------------------
 
 export type TimeRange = '1h' | '6h' | '24h' | '7d'
 export const TIME_RANGES: readonly TimeRange[] = ['1h', '6h', '24h', '7d']
 
 export type Health = 'normal' | 'warning' | 'critical'
 
-/** seed 000's TimeSeriesData */
+/** one point of a time series of the dashboard (live.TimePoint) */
 export interface TimePoint {
   /** Unix seconds */
   timestamp: number
@@ -555,7 +555,7 @@ export interface Rule extends RuleInput {
   stats?: RuleStats
 }
 
-// ---- circuit breakers (contract §3, §6, §8) ----------------------------------------------------------
+// ---- circuit breakers (docs/rules-contract.md §3, §6, §8) ---------------------------------------
 
 export type BreakerState = 'closed' | 'half_open' | 'open'
 
@@ -592,7 +592,7 @@ export interface Breaker extends BreakerConfig {
   nodes?: BreakerNodeState[]
 }
 
-// ---- events (contract §5) -----------------------------------------------------------------------------
+// ---- events (docs/rules-contract.md §5) ---------------------------------------------------------
 
 export type EventType = 'request_blocked' | 'rule_triggered' | 'threshold_exceeded' | 'circuit_opened' |
   'circuit_closed'

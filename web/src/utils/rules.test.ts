@@ -87,7 +87,7 @@ describe('validateRule mirrors the API', () => {
     expect(fields({ ...BASE, priority: -1 })).toEqual(['priority'])
     expect(fields({ ...BASE, priority: 1000001 })).toEqual(['priority'])
     expect(fields({ ...BASE, priority: 0 })).toEqual([])
-    // a smoothing bucket: a capacity below the limit (contract §8, testdata/rules)
+    // a smoothing bucket: a capacity below the limit (docs/rules-contract.md §8, testdata/rules)
     expect(fields({ ...BASE, algorithm: 'token_bucket', limit: 10, burst: 9 })).toEqual([])
     expect(fields({ ...BASE, description: 'x'.repeat(513) })).toEqual(['description'])
     expect(fields({ ...BASE, description: 'tab\there' })).toEqual(['description'])

@@ -6,7 +6,10 @@ import { RULE_ACTIONS, RULE_ALGORITHMS, RULE_DISTRIBUTIONS, RULE_SCOPES, RULE_UN
   type Violation } from '@/api/types'
 
 export const ID_RE = /^[A-Za-z0-9_-]{1,128}$/
-/** a header name as the gateway's rule parser takes it: 1-128 of A-Z a-z 0-9 - _ (contract §8) */
+/**
+ * a header name as the gateway's rule parser takes it: 1-128 of A-Z a-z 0-9 - _
+ * (docs/rules-contract.md §8)
+ */
 const HEADER_RE = /^[A-Za-z0-9_-]{1,128}$/
 const BUCKET_RE = /^[A-Za-z0-9._-]{1,255}$/
 export const HTTP_METHODS = ['GET', 'HEAD', 'PUT', 'POST', 'DELETE', 'OPTIONS', 'PATCH'] as const

@@ -5,11 +5,11 @@ package debt
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 
+	"tollgate/controlplane/internal/jobs"
 	"tollgate/internal/ledger"
 )
 
@@ -67,24 +67,24 @@ func (j *Job) Tick(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("debt: %w", err)
 	}
-	var errs []error
+	var errs jobs.Errors
 	inDebt := 0
 	for _, c := range clusters {
 		apps, err := j.cat.ClusterApps(ctx, c)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("debt %s: %w", c, err))
+			errs.Add(fmt.Errorf("debt %s: %w", c, err))
 			continue
 		}
 		debts, err := j.led.Debts(ctx, c, apps)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("debt %s: %w", c, err))
+			errs.Add(fmt.Errorf("debt %s: %w", c, err))
 			continue
 		}
 		inDebt += len(debts)
 		for app := range debts {
 			r, err := j.led.Refill(ctx, c, app, 0)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("debt %s/%s: %w", c, app, err))
+				errs.Add(fmt.Errorf("debt %s/%s: %w", c, app, err))
 				continue
 			}
 			j.mu.Lock()
@@ -100,5 +100,5 @@ func (j *Job) Tick(ctx context.Context) error {
 	j.stats.Runs++
 	j.stats.InDebt = inDebt
 	j.mu.Unlock()
-	return errors.Join(errs...)
+	return errs.Err()
 }

@@ -1,4 +1,4 @@
-// Package overload is the periodic overload-reduction job (Req 4.4, DESIGN section 3): it
+// Package overload is the periodic overload-reduction job (Req 4.4, docs/design.md §3): it
 // measures each cluster's usage and records it with overload_set, so that above 90 % the L2
 // refill factor of P1-P3 falls linearly towards its emergency ratio (P0 never reduced). The
 // record expires after a few intervals, so a stopped control plane cannot leave a cluster
@@ -7,12 +7,12 @@ package overload
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"tollgate/controlplane/internal/jobs"
 	"tollgate/controlplane/internal/jobs/usage"
 )
 
@@ -81,11 +81,11 @@ func (j *Job) Tick(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("overload: %w", err)
 	}
-	var errs []error
+	var errs jobs.Errors
 	for _, c := range clusters {
 		r, ok, err := j.meter.Measure(ctx, c)
 		if err != nil {
-			errs = append(errs, err)
+			errs.Add(err)
 			continue
 		}
 		if !ok {
@@ -93,7 +93,7 @@ func (j *Job) Tick(ctx context.Context) error {
 		}
 		f, err := j.led.SetOverload(ctx, c, r.Usage, j.ttl, 0)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("overload %s: %w", c, err))
+			errs.Add(fmt.Errorf("overload %s: %w", c, err))
 			continue
 		}
 		j.mu.Lock()
@@ -108,5 +108,5 @@ func (j *Job) Tick(ctx context.Context) error {
 	j.mu.Lock()
 	j.stats.Runs++
 	j.mu.Unlock()
-	return errors.Join(errs...)
+	return errs.Err()
 }

@@ -98,14 +98,14 @@ func (j *Job) cluster(ctx context.Context, c string) error {
 	if err != nil {
 		return fmt.Errorf("reconcile %s: %w", c, err)
 	}
-	var errs []error
+	var errs jobs.Errors
 	for _, a := range apps {
 		r, err := j.led.ReconcileApp(ctx, c, a, j.opts.Tolerance, j.opts.ReapAfter, 0)
 		if errors.Is(err, ledger.ErrUnknownApp) {
 			continue // indexed but without L2 state: nothing to reconcile
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("reconcile %s/%s: %w", c, a, err))
+			errs.Add(fmt.Errorf("reconcile %s/%s: %w", c, a, err))
 			continue
 		}
 		j.noteApp(c, a, r)
@@ -117,7 +117,8 @@ func (j *Job) cluster(ctx context.Context, c string) error {
 		}
 	}
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("reconcile %s L1: %w", c, err))...)
+		errs.Add(fmt.Errorf("reconcile %s L1: %w", c, err))
+		return errs.Err()
 	}
 	if r.Corrected {
 		j.mu.Lock()
@@ -128,7 +129,7 @@ func (j *Job) cluster(ctx context.Context, c string) error {
 			"borrowed", r.OldBorrowed, "borrowed_now", r.Borrowed,
 			"available", r.OldAvailable, "available_now", r.Available)
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 func (j *Job) noteApp(c, a string, r ledger.AppReconcile) {

@@ -1,11 +1,16 @@
 package reconcile_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"tollgate/controlplane/internal/jobs"
 	"tollgate/controlplane/internal/jobs/reconcile"
 	"tollgate/internal/keys"
 	"tollgate/internal/ledger"
@@ -79,5 +84,33 @@ func TestTickCorrectsReapsAndRepairs(t *testing.T) {
 	}
 	if s2 := job.Stats(); s2.AppCorrections != 1 || s2.ClusterCorrections != 1 || s2.Runs != 2 {
 		t.Fatalf("second pass: %+v", s2)
+	}
+}
+
+// failingLedger fails every app's reconciliation.
+type failingLedger struct{ reconcile.Ledger }
+
+func (failingLedger) ReconcileApp(context.Context, string, string, float64, time.Duration, int64) (ledger.AppReconcile, error) {
+	return ledger.AppReconcile{}, errors.New("NOSCRIPT " + strings.Repeat("x", 200))
+}
+
+// A tick over 2,000 failing apps returns a few lines (the first failures and a count), not a
+// line per app, and the runner logs it clipped.
+func TestFailingTickLogsABoundedLine(t *testing.T) {
+	f := testutil.NewFixture(t)
+	f.Cluster("c", 100_000_000)
+	for i := 0; i < 2000; i++ {
+		f.App("c", fmt.Sprintf("a%04d", i), 1, 1, 0, 0)
+	}
+	j := reconcile.New(f.Store, failingLedger{f.Ledger}, reconcile.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	err := j.Tick(f.Ctx)
+	if err == nil {
+		t.Fatal("a tick where every app fails returned nil")
+	}
+	if n := len(err.Error()); n > 4*jobs.MaxErrors*300 {
+		t.Fatalf("the error of one tick is %d bytes", n)
+	}
+	if !strings.Contains(err.Error(), "(and 1995 more failures)") {
+		t.Fatalf("error does not count the failures left out: %.500s", err)
 	}
 }

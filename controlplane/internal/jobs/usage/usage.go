@@ -1,6 +1,6 @@
 // Package usage measures a storage cluster's usage: the rate of its reported consumption (the
 // stats hashes' total_consumed, fail-open consumption included) over the time between two
-// measurements, divided by its capacity (DESIGN section 3, "Overload").
+// measurements, divided by its capacity (docs/design.md §3, "Overload").
 //
 // total_consumed is read rather than the period counters because reconciliation resets those
 // every period: a difference of total_consumed is the consumption between two measurements

@@ -1,0 +1,134 @@
+-- The log phase (log_by_lua): post-hoc charges (download bandwidth, chunked uploads), the
+-- rollback of cancelled requests and of requests the backend refused as unauthenticated, the
+-- connection slot's release, reservations and the request metrics. tollgate.handler wires it as
+-- log().
+local cost_mod = require("tollgate.cost")
+local metrics = require("tollgate.metrics")
+local l3 = require("tollgate.lease.bucket")
+local connlimit = require("tollgate.conn.limiter")
+local reservation = require("tollgate.lease.reservation")
+local events = require("tollgate.events")
+local breaker = require("tollgate.breaker.breaker")
+
+local reqstate = require("tollgate.request.state")
+local reqheaders = require("tollgate.request.headers")
+local ipmatch = require("tollgate.request.ipmatch")
+
+
+local get_method = ngx.req.get_method
+local var = ngx.var
+local type = type
+local tonumber = tonumber
+local find = string.find
+
+local _M = {}
+
+local conf, calculator
+
+local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true,
+                        PATCH = true, OPTIONS = true }
+
+--- Settings and the cost calculator of this nginx (tollgate.handler's init).
+function _M.configure(settings, calc)
+    conf, calculator = settings, calc
+end
+
+-- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)
+local function upstream_answered()
+    local b = var.upstream_bytes_received
+    return b ~= nil and find(b, "[1-9]") ~= nil
+end
+
+-- A request the backend refused as unauthenticated, refunded: counted by app (a bounded label),
+-- per client IP in a one-minute window of its own dict (never a label; a spray from many
+-- addresses evicts only other addresses' counts), and an event carrying the IP, that count and
+-- the access key id.
+local AUTH_WINDOW = 60
+local afdict = ngx.shared.tollgate_authfail     -- nil in an nginx without the http include's dict
+local function auth_failed(ctx, label, method, status)
+    metrics.inc('ratelimit_auth_failures_total{app_id="' .. label .. '"}')
+    local headers = reqheaders.all(ctx.h)
+    local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], conf.trusted_proxies)
+    local n = afdict and afdict:incr(tostring(ip), 1, 0, AUTH_WINDOW)
+    local sampled = events.take("auth_failed", label, nil)
+    if not sampled then
+        return
+    end
+    local ua = headers["user-agent"]
+    events.push({
+        event_type = "auth_failed", severity = "warning", app_id = label,
+        ip_address = ip, user_agent = type(ua) == "string" and ua or nil,
+        endpoint = var.uri, http_method = method, request_id = var.request_id,
+        current_usage = n, action_taken = "refunded", response_code = status,
+        reason = "backend_refused_credentials", access_key_id = ctx.tg_akid or nil,
+    }, sampled)
+end
+
+local function log_request(ctx)
+    if ctx.tg_conn then
+        connlimit.release(ctx)      -- connection limiter first, whatever answered the request
+    end
+    if ctx.tg_brk then
+        breaker.record(ctx)         -- the backend's answer (or failure) feeds its breaker
+    end
+    local label = ctx.tg_label
+    if not label then
+        return
+    end
+    local method = ctx.tg_method or get_method()
+    if not KNOWN_METHODS[method] then
+        method = "OTHER"
+    end
+    local status = ngx.status
+    local a = ctx.tg_app
+    if not a then
+        metrics.request(label, method, status, nil)
+        return
+    end
+    local op = ctx.tg_op
+    local cancelled = (status == 499 or status >= 500) and not upstream_answered()
+    -- the backend refused the request as unauthenticated (forged or unknown credentials)
+    local denied = (status == 401 or status == 403) and upstream_answered()
+    if cancelled or denied then
+        l3.rollback(a, ctx.tg_cost, ctx.tg_source)
+        reservation.undraw(a, var.uri, ctx.tg_covered)
+        if ctx.tg_reserve > 0 then
+            reservation.close(a, var.uri)
+        end
+        metrics.request(label, method, status, nil)
+        if denied then
+            metrics.operation(op, 0)
+            auth_failed(ctx, label, method, status)
+        end
+        return
+    end
+    local actual = 0
+    if ctx.tg_chunked then
+        -- nginx sets $content_length to the de-chunked size once it has read the body
+        actual = calculator:bandwidth(tonumber(var.content_length) or 0, a.c_bw, ctx.tg_total)
+    elseif cost_mod.DOWNLOAD[op] then
+        local sent = tonumber(var.body_bytes_sent) or 0
+        actual = calculator:bandwidth(sent, a.c_bw, ctx.tg_total)
+        cost_mod.observe_download(a, sent)
+    end
+    if ctx.tg_estimate > 0 or actual > 0 then
+        reservation.settle(a, ctx.tg_estimate, actual, ctx.tg_source)
+    end
+    if (op == "CreateMultipartUpload" and ctx.tg_reserve > 0 and status >= 300)
+            or ((op == "CompleteMultipartUpload" or op == "AbortMultipartUpload")
+                and status < 300) then
+        reservation.close(a, var.uri)
+    end
+    metrics.request(label, method, status, ctx.tg_total + actual)
+    metrics.operation(op, ctx.tg_total + actual)
+end
+
+function _M.run()
+    local ctx = reqstate.take()     -- nil when access() did not run for this request
+    if ctx then
+        log_request(ctx)
+        reqstate.release(ctx)
+    end
+end
+
+return _M

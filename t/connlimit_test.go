@@ -69,15 +69,14 @@ func connStateOf(g *harness.Gateway, app string) connState {
 // setConnConfig writes a connection-limit hash the way the control plane does and announces it.
 func (s *stack) setConnConfig(key string, fields ...any) {
 	s.t.Helper()
-	ctx := context.Background()
-	if len(fields) == 0 {
-		if err := s.rdb.Del(ctx, key).Err(); err != nil {
-			s.t.Fatal(err)
+	// the control plane's way: the write, then a version bump (change log, announcement)
+	_, err := s.store.Bump(context.Background(), func(ctx context.Context) error {
+		if len(fields) == 0 {
+			return s.rdb.Del(ctx, key).Err()
 		}
-	} else if err := s.rdb.HSet(ctx, key, fields...).Err(); err != nil {
-		s.t.Fatal(err)
-	}
-	if err := s.rdb.Publish(ctx, keys.ConfigChannel(), "connlimit").Err(); err != nil {
+		return s.rdb.HSet(ctx, key, fields...).Err()
+	})
+	if err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -885,10 +884,14 @@ func TestConnConfigChangeAppliesOnNotice(t *testing.T) {
 	applied("defaults after delete", func(st connState) bool { return st.Max == 1000 })
 }
 
-// Without a notice the cached limits are re-read after the config TTL.
+// Without a notice the cached limits of an app with traffic on the node are re-read after the
+// config TTL (the TTL re-reads the apps with state on the node, not every configured app).
 func TestConnConfigCacheExpires(t *testing.T) {
 	s := connStack(t, 2, map[string]string{"TOLLGATE_CONN_CONFIG_TTL": "0.5"})
 	g := s.gw()
+	if r := g.Do("HEAD", "/bucket/obj", "demo-p3", nil, nil); r.Status != 200 {
+		t.Fatalf("demo-p3: status %d", r.Status)
+	}
 	err := s.rdb.HSet(context.Background(), keys.ConnConfig("default", "demo-p3"), "max_connections", 9).Err()
 	if err != nil {
 		t.Fatal(err)

@@ -47,9 +47,9 @@ func TestPrometheusLoadsTheAlertRules(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = logf.Close() })
 
 	want := []string{"auth_failures_burst", "block_rate_high", "block_rate_high_global", "circuit_open", "cleanup_stalled",
-		"config_store_lost",
+		"config_dict_partial", "config_store_lost",
 		"connections_high", "connections_high_cluster", "connections_leaked", "drift_high", "emergency",
-		"node_degraded", "node_degraded_critical", "traffic_spike"}
+		"node_degraded", "node_degraded_critical", "shared_dict_full", "traffic_spike"}
 	var got []string
 	var health []string
 	ok := false

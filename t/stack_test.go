@@ -38,6 +38,8 @@ type stackOptions struct {
 	workers int               // nginx workers per node (default 2)
 	env     map[string]string // TOLLGATE_* settings of every node
 	apps    []store.App       // extra apps in cluster "default"
+	// configDict is the size of config_dict (default: nginx/tollgate_http.conf's)
+	configDict string
 }
 
 // The password of the gateways' Redis user in the suites (a test Redis on loopback).
@@ -94,6 +96,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	for i := 0; i < o.nodes; i++ {
 		s.gws = append(s.gws, harness.StartGateway(t, harness.GatewayOptions{
 			RedisURL: gwURL, NodeID: "node-" + strconv.Itoa(i+1), Env: o.env, Workers: o.workers,
+			ConfigDict: o.configDict,
 		}))
 	}
 	return s

@@ -64,6 +64,11 @@ func ConfigVersion() string { return rlPrefix + "config:version" }
 // not the store they knew (docs/durability.md).
 func ConfigEpoch() string { return rlPrefix + "config:epoch" }
 
+// ConfigChanges is the change log: a sorted set scored by config version whose members are
+// "<version> <kind> <id>" (kind app: one app's entry of the apps index changed; kind all: anything
+// else, a gateway reloads everything). Gateways read it from the version they hold (no hash tag).
+func ConfigChanges() string { return rlPrefix + "config:changes" }
+
 // ConfigChannel is the pub/sub channel announcing a new config version.
 func ConfigChannel() string { return rlPrefix + "config:update" }
 

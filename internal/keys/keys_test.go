@@ -31,6 +31,7 @@ func builders() map[string]builder {
 		"clusters_index":    {0, func([]string) string { return ClustersIndex() }},
 		"config_version":    {0, func([]string) string { return ConfigVersion() }},
 		"config_epoch":      {0, func([]string) string { return ConfigEpoch() }},
+		"config_changes":    {0, func([]string) string { return ConfigChanges() }},
 		"config_channel":    {0, func([]string) string { return ConfigChannel() }},
 		"emergency_channel": {0, func([]string) string { return EmergencyChannel() }},
 		"gateways":          {0, func([]string) string { return Gateways() }},

@@ -149,7 +149,7 @@ func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
 		}
 		return nil
 	}
-	if _, err := s.bumpVersion(ctx, index); err != nil {
+	if _, err := s.bumpVersion(WithChange(ctx, ChangeApp, a.AppID), index); err != nil {
 		return Allocation{}, fmt.Errorf("store: put app %s: %w", a.AppID, err)
 	}
 	return Allocation{Allocated: res[0], Available: res[1]}, nil
@@ -192,6 +192,9 @@ func (s *Store) bumpVersion(ctx context.Context, extra func(context.Context) err
 	v, err := s.incr(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bump config version: %w", err)
+	}
+	if err := s.logChange(ctx, v); err != nil {
+		return 0, err
 	}
 	if err := s.rdb.Publish(ctx, keys.ConfigChannel(), v).Err(); err != nil {
 		return 0, fmt.Errorf("publish config version %d: %w", v, err)

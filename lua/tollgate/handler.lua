@@ -5,6 +5,7 @@
 --                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
+local keys = require("tollgate.keys")
 local config = require("tollgate.config.apps")
 local cost_mod = require("tollgate.cost")
 local scripts = require("tollgate.redis.scripts")
@@ -105,14 +106,18 @@ function _M.init_worker()
         _M.init()
     end
     deg.init(conf)
+    deg.start()
     config.on_generation(identity.flush)
     config.publish_generation(true)
     local client, err = rredis.new({
         url = conf.redis_url, pool_size = conf.pool_size,
-        on_result = function(rerr, unavailable, sec)
+        on_start = deg.mark,
+        on_result = function(rerr, unavailable, sec, mark)
             metrics.redis_latency(sec)
-            deg.observe(sec)
-            deg.result(rerr, unavailable)
+            local stalled = deg.stalled(sec, mark)
+            deg.observe(sec - stalled)
+            -- a timeout that is mostly this worker's own stall says nothing about Redis
+            deg.result(rerr, unavailable and stalled < sec / 2)
         end,
     })
     if not client then
@@ -129,6 +134,17 @@ function _M.init_worker()
     reservation.init(conf)
     rules.init(conf, redis_client, redis_scripts)
     watch.init(conf, redis_client)
+    -- apps a full config_dict has no room for: one HGET on the request path, then cached
+    local apps_index = keys.apps_index()
+    config.set_lookup(function(id)
+        return redis_client:with(conf.op_timeout_ms, function(red)
+            local json, herr = red:hget(apps_index, id)
+            if not json then
+                return nil, herr
+            end
+            return json ~= ngx.null and json or false
+        end)
+    end)
     events.init(conf, redis_client)
     connlimit.start(conf, redis_client)
     ngx.timer.every(1, function(premature)

@@ -170,17 +170,29 @@ local function load_map(red, key, prefix, valid_field)
     if not ok then
         return nil, err
     end
+    -- write first, then drop what is gone (an entry is its old or its new value, never none);
+    -- an entry the zone has no room for is counted (ratelimit_config_dict_full_total)
+    local full = 0
+    for field, app in pairs(fresh) do
+        local sok, serr = cdict:safe_set(prefix .. field, app)
+        if not sok then
+            if serr ~= "no memory" then
+                return nil, "config_dict: " .. tostring(serr)
+            end
+            full = full + 1
+        end
+    end
     local plen = #prefix
     for _, k in ipairs(cdict:get_keys(0)) do
         if k:sub(1, plen) == prefix and not fresh[k:sub(plen + 1)] then
             cdict:delete(k)
         end
     end
-    for field, app in pairs(fresh) do
-        local sok, serr = cdict:safe_set(prefix .. field, app)
-        if not sok then
-            return nil, "config_dict: " .. tostring(serr)
-        end
+    if full > 0 then
+        cdict:incr("zone_full_total", full, 0)
+        cdict:set("partial", full)      -- ratelimit_config_dict_partial: the alert
+        ngx.log(ngx.ERR, "tollgate: config_dict is full: ", full, " entries of ", key,
+            " did not fit (raise lua_shared_dict config_dict, docs/scale.md)")
     end
     return bad
 end

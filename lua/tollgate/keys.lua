@@ -24,6 +24,7 @@ function _M.apps_index() return "ratelimit:apps" end
 function _M.clusters_index() return "ratelimit:clusters" end
 function _M.config_version() return "ratelimit:config:version" end
 function _M.config_epoch() return "ratelimit:config:epoch" end
+function _M.config_changes() return "ratelimit:config:changes" end
 function _M.config_channel() return "ratelimit:config:update" end
 function _M.emergency_channel() return "ratelimit:emergency" end
 function _M.gateways() return "ratelimit:gateways" end

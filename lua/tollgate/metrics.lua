@@ -17,6 +17,10 @@ local LATENCY_BUCKETS = { 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
 local CONN_BUCKETS = { 0.01, 0.1, 0.5, 1, 5, 10, 30, 60, 300 }
 _M.COST_BUCKETS = COST_BUCKETS
 
+-- the shared dicts of nginx/tollgate_http.conf, whose fill /metrics shows
+local ZONES = { "ratelimit", "connlimit_dict", "config_dict", "tollgate_active", "tollgate_metrics",
+                "tollgate_rules", "tollgate_events", "tollgate_breakers", "tollgate_authfail" }
+
 local HELP = {
     ratelimit_requests_total = { "counter", "Requests by app, method and status." },
     ratelimit_request_cost = { "histogram", "Cost charged per request (tokens)." },
@@ -49,6 +53,21 @@ local HELP = {
     ratelimit_config_store_lost_total = { "counter",
         "Times this node found the config store lost." },
     ratelimit_config_version = { "gauge", "Config version this node enforces." },
+    ratelimit_config_full_loads_total = { "counter",
+        "Full loads of the config (new node, change log gap, a change other than an app's)." },
+    ratelimit_config_changes_applied_total = { "counter",
+        "Config changes applied one by one from the change log." },
+    ratelimit_config_dict_partial = { "gauge",
+        "1 while config_dict could not hold every app (the rest are looked up on demand)." },
+    ratelimit_config_dict_full_total = { "counter",
+        "App configs config_dict had no room for." },
+    ratelimit_config_lookups_total = { "counter",
+        "App configs looked up in Redis on demand (config_dict partial)." },
+    ratelimit_config_lookup_errors_total = { "counter",
+        "On-demand app lookups that failed (the request failed open)." },
+    ratelimit_shm_capacity_bytes = { "gauge", "Size of a shared dict (lua_shared_dict) by zone." },
+    ratelimit_shm_free_bytes = { "gauge",
+        "Free pages of a shared dict by zone (0: new keys only fit in partly used pages)." },
     ratelimit_rule_hits_total = { "counter", "Requests a rule matched, by rule." },
     ratelimit_rule_actions_total = { "counter",
         "Rule outcomes by rule and action (blocked, throttled, shadowed, fail_open)." },
@@ -286,6 +305,14 @@ end
 function _M.render(gauges)
     _M.flush()
     gauges["ratelimit_l3_cache_hit_ratio"] = _M.hit_ratio()
+    for i = 1, #ZONES do
+        local z = ngx.shared[ZONES[i]]
+        if z and z.capacity then
+            local label = '{zone="' .. ZONES[i] .. '"}'
+            gauges["ratelimit_shm_capacity_bytes" .. label] = z:capacity()
+            gauges["ratelimit_shm_free_bytes" .. label] = z:free_space()
+        end
+    end
     for i = 1, #gauge_sources do
         gauge_sources[i](gauges)
     end

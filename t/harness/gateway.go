@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ type GatewayOptions struct {
 	Env      map[string]string // extra TOLLGATE_* settings
 	LogLevel string            // default "info"
 	Backend  string            // host:port the gateway proxies to (default: the test server)
+	// ConfigDict is the size of lua_shared_dict config_dict (default: nginx/tollgate_http.conf's)
+	ConfigDict string
 }
 
 // Gateway is one running nginx with tollgate.
@@ -155,6 +158,9 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 	}
 	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort), "127.0.0.1:"+strconv.Itoa(metricsPort),
 		backend, o.Workers, o.LogLevel, "include "+extraPath+";")
+	if o.ConfigDict != "" {
+		resizeConfigDict(t, prefix, conf, o.ConfigDict)
+	}
 
 	g := &Gateway{
 		t: t, Prefix: prefix, NodeID: o.NodeID,
@@ -451,5 +457,31 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// resizeConfigDict points the rendered conf at a copy of tollgate_http.conf whose config_dict
+// has `size`.
+func resizeConfigDict(t testing.TB, prefix, conf, size string) {
+	t.Helper()
+	orig := filepath.Join(RepoRoot(), "nginx", "tollgate_http.conf")
+	b, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`lua_shared_dict config_dict \S+;`)
+	if !re.Match(b) {
+		t.Fatal("harness: no config_dict in tollgate_http.conf")
+	}
+	cp := filepath.Join(prefix, "conf", "tollgate_http.conf")
+	if err := os.WriteFile(cp, re.ReplaceAll(b, []byte("lua_shared_dict config_dict "+size+";")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := os.ReadFile(conf)
+	if err == nil {
+		err = os.WriteFile(conf, []byte(strings.ReplaceAll(string(c), orig, cp)), 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

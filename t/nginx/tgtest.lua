@@ -136,6 +136,17 @@ function actions.conn_limits()
     reply({ ok = ok or false, error = err })
 end
 
+-- Keep this worker's event loop busy for ?ms=N milliseconds (a CPU stall, no yield).
+function actions.spin()
+    ngx.update_time()
+    local t0 = ngx.now()
+    local ms = tonumber(ngx.var.arg_ms) or 100
+    repeat
+        ngx.update_time()
+    until ngx.now() - t0 >= ms / 1000
+    reply({ pid = ngx.worker.pid(), ms = ms })
+end
+
 -- Run a script of operations in this worker, e.g. ops=a,a,r1,r1,l2:400,c,s2 :
 -- a acquire (handle = its position among the a's), rK release handle K, lK:S lose handle K's
 -- log phase with its last_seen S seconds back, hK:S stall handle K's worker for S seconds (it

@@ -73,6 +73,13 @@ local CACHE_MAX = 20000
 local on_generation = {}    -- functions(generation) of per-worker state compiled from config
 local gpage                 -- the generation's mirror (tollgate.config.genpage), nil without one
 local NONE = genpage.NONE
+local lookup                -- function(id) -> json, false (no such app) or nil, err
+
+--- Set the on-demand lookup of apps the node does not hold (the zone is full):
+--- fn(id) returns the app's JSON, false when there is no such app, or nil, err.
+function _M.set_lookup(fn)
+    lookup = fn
+end
 
 local function get_generation()
     return cdict:get("generation")
@@ -155,6 +162,21 @@ function _M.app(id)
     local s = cdict:get("app:" .. id)
     if s then
         a = parse_app(id, s) or false
+    elseif lookup and cdict:get("partial") then
+        -- the zone holds only part of the apps: ask Redis (bounded by the cache below, dropped
+        -- with it on the next generation); a Redis that does not answer refuses nothing
+        -- (nil: fail-open, as before any config)
+        local json, err = lookup(id)
+        if json then
+            a = parse_app(id, json) or false
+        elseif json == false then
+            a = false
+        else
+            cdict:incr("lookup_errors", 1, 0)
+            ngx.log(ngx.WARN, "tollgate: app ", id, " not looked up: ", tostring(err))
+            return nil
+        end
+        cdict:incr("lookups", 1, 0)
     else
         a = false
     end
@@ -189,21 +211,39 @@ end
 
 local clusters_cache, clusters_version = {}, nil
 
---- The clusters of the configured apps (a list, computed once per config generation).
+--- The clusters of the configured apps, as { cluster = id, k_l1 = key } (a list kept in
+-- config_dict by the loads, parsed once per config generation; no walk of the dict).
 function _M.clusters()
     local v = get_generation()
     if v ~= clusters_version then
-        local seen, list = {}, {}
-        for _, id in ipairs(_M.app_ids()) do
-            local a = _M.app(id)
-            if a and not seen[a.cluster] then
-                seen[a.cluster] = a
-                list[#list + 1] = a
-            end
+        local list = {}
+        for c in (cdict:get("clusters") or ""):gmatch("%S+") do
+            list[#list + 1] = { cluster = c, k_l1 = keys.l1(c) }
         end
         clusters_cache, clusters_version = list, v
     end
     return clusters_cache
+end
+
+-- Add the clusters of `apps` (parsed configs) to the dict's list (set = replace it).
+local function add_clusters(apps, set)
+    local seen, out = {}, {}
+    if not set then
+        for c in (cdict:get("clusters") or ""):gmatch("%S+") do
+            seen[c] = true
+            out[#out + 1] = c
+        end
+    end
+    local n = #out
+    for _, a in pairs(apps) do
+        if not seen[a.cluster] then
+            seen[a.cluster] = true
+            out[#out + 1] = a.cluster
+        end
+    end
+    if set or #out > n then
+        cdict:set("clusters", table.concat(out, " "))
+    end
 end
 
 --- The reason the config store is not the one this gateway knew (epoch_missing,
@@ -257,6 +297,152 @@ local function check_store(epoch, version)
     return nil
 end
 
+-- Record whether the zone holds every app (`full` of `n` did not fit): while it does not, the
+-- node looks the others up on demand (app()); counted and shown on /metrics.
+local function zone_full(full, n)
+    if full and full > 0 then
+        if not cdict:get("partial") then
+            ngx.log(ngx.ERR, "tollgate: config_dict is full: ", full, " of ", tostring(n),
+                " apps did not fit; looking them up on demand (raise lua_shared_dict",
+                " config_dict, docs/scale.md)")
+        end
+        cdict:incr("zone_full_total", full, 0)
+        cdict:set("partial", full)     -- may evict an app: looked up on demand then
+    elseif n then
+        cdict:delete("partial")
+    end
+end
+
+local MAX_CHANGES = 1000    -- further behind than that: a full load
+local GAP_WAIT = 0.2        -- seconds a missing change may take to appear in the log
+local gap_version, gap_since    -- worker 0: the first missing version, since when
+
+--- Apply the change log (ratelimit:config:changes) from the version this node holds up to
+-- `version` (worker 0, after check_store): one HMGET of the changed apps, each written as a
+-- whole (or removed when gone), then one new generation. Returns the version and the list of
+-- the changed apps' configs; or nil, "reload" when the node must load everything (no config yet,
+-- a gap or trimmed log, a change other than an app's, too far behind); or nil, err.
+function _M.apply_changes(red, version)
+    local have = cdict:get("version")
+    if not have or cdict:get("store_lost") or version < have then
+        return nil, "reload"
+    end
+    if version == have then
+        return version, {}
+    end
+    if version - have > MAX_CHANGES then
+        return nil, "reload"
+    end
+    local log, err = red:zrangebyscore(keys.config_changes(), "(" .. have, version)
+    if not log then
+        return nil, err
+    end
+    -- the contiguous run of changes after `have`; a missing version is a writer still between
+    -- INCR and ZADD (applied on the next round) or one that never logs (an older control plane,
+    -- a trimmed log): still missing after GAP_WAIT, everything is loaded
+    local ids, seen, upto = {}, {}, have
+    for i = 1, #log do
+        local v, kind, id = log[i]:match("^(%d+) (%S+) (%S+)$")
+        if tonumber(v) ~= have + i then
+            break
+        end
+        if kind ~= "app" or not keys.valid_id(id) then
+            return nil, "reload"
+        end
+        upto = have + i
+        if not seen[id] then
+            seen[id] = true
+            ids[#ids + 1] = id
+        end
+    end
+    if upto < version then
+        local t = ngx.now()
+        if gap_version ~= upto + 1 then
+            gap_version, gap_since = upto + 1, t
+        elseif t - gap_since >= GAP_WAIT then
+            gap_version = nil
+            return nil, "reload"
+        end
+        if upto == have then
+            return have, {}
+        end
+    else
+        gap_version = nil
+    end
+    version = upto
+    local vals, herr = red:hmget(keys.apps_index(), unpack(ids))
+    if not vals then
+        return nil, herr
+    end
+    local changed, bad, full = {}, 0, 0
+    for i, id in ipairs(ids) do
+        local json = vals[i]
+        if json == ngx.null or json == nil then
+            cdict:delete("app:" .. id)
+        else
+            local a, why = parse_app(id, json)
+            if not a then
+                bad = bad + 1
+                ngx.log(ngx.ERR, "tollgate: bad config for app ", id, " (", tostring(why),
+                    "), keeping the last good one")
+            else
+                local ok, serr = cdict:safe_set("app:" .. id, json)
+                if not ok then
+                    if serr ~= "no memory" then
+                        return nil, "config_dict: " .. tostring(serr)
+                    end
+                    cdict:delete("app:" .. id)  -- looked up on demand, never a stale copy
+                    full = full + 1
+                end
+                changed[#changed + 1] = a
+            end
+        end
+    end
+    if bad > 0 then
+        cdict:incr("errors", bad, 0)
+    end
+    add_clusters(changed)
+    if full > 0 then
+        zone_full(full)
+    end
+    cdict:incr("changes_applied", #log, 0)
+    cdict:set("version", version)
+    cdict:incr("generation", 1, 0)
+    genpage.publish(gpage, get_generation)
+    return version, changed
+end
+
+--- Bring the node to the store's config (worker 0): apply the change log, or load everything
+-- when it cannot. Returns the version, whether it was a full load, the changed apps (nil after a
+-- full load); or nil, err.
+function _M.update(red)
+    local version, err = red:get(keys.config_version())
+    if err then
+        return nil, err
+    end
+    local epoch, eerr = red:get(keys.config_epoch())
+    if eerr then
+        return nil, eerr
+    end
+    if epoch == ngx.null then
+        epoch = nil
+    end
+    version = tonumber(version) or 0
+    local lost = check_store(epoch, version)
+    if lost then
+        return nil, "config store lost: " .. lost
+    end
+    local v, changed = _M.apply_changes(red, version)
+    if v then
+        return v, false, changed
+    end
+    if changed ~= "reload" then
+        return nil, changed
+    end
+    v, err = _M.reload(red)
+    return v, true, err
+end
+
 --- Load every app config from Redis (HSCAN, never KEYS) into config_dict.
 -- An entry that does not parse keeps the last good config of that app and counts an error.
 -- A store that is not the one this gateway knew (check_store) loads nothing.
@@ -277,11 +463,20 @@ function _M.reload(red)
     if lost then
         return nil, "config store lost: " .. lost
     end
-    local bad, serr = hashload.into_dict(red, keys.apps_index(), cdict, "app:", "config for app",
-        parse_app)
+    local loaded = {}
+    local bad, serr, full = hashload.into_dict(red, keys.apps_index(), cdict, "app:",
+        "config for app", function(id, json)
+            local a, why = parse_app(id, json)
+            if a then
+                loaded[#loaded + 1] = a
+            end
+            return a, why
+        end)
     if not bad then
         return nil, serr
     end
+    add_clusters(loaded, true)
+    zone_full(full, #loaded)
     local rbad, rerr = rules_parse.load(red, cdict)
     if not rbad then
         return nil, rerr
@@ -303,6 +498,7 @@ function _M.reload(red)
     -- a strictly new value tells every worker to drop its parsed cache
     cdict:set("version", version)
     cdict:incr("generation", 1, 0)
+    cdict:incr("full_loads", 1, 0)
     genpage.publish(gpage, get_generation)
     return version
 end
@@ -323,6 +519,12 @@ metrics.add_gauges(function(gauges)
     gauges["ratelimit_config_errors_total"] = cdict:get("errors") or 0
     gauges["ratelimit_config_store_lost"] = _M.store_lost() and 1 or 0
     gauges["ratelimit_config_store_lost_total"] = _M.store_lost_total()
+    gauges["ratelimit_config_full_loads_total"] = cdict:get("full_loads") or 0
+    gauges["ratelimit_config_changes_applied_total"] = cdict:get("changes_applied") or 0
+    gauges["ratelimit_config_dict_partial"] = cdict:get("partial") and 1 or 0
+    gauges["ratelimit_config_dict_full_total"] = cdict:get("zone_full_total") or 0
+    gauges["ratelimit_config_lookups_total"] = cdict:get("lookups") or 0
+    gauges["ratelimit_config_lookup_errors_total"] = cdict:get("lookup_errors") or 0
 end)
 
 return _M

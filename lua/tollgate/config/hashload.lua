@@ -6,6 +6,8 @@ local keys = require("tollgate.keys")
 
 local _M = {}
 
+local BATCH = 1000
+
 --- fn(field, value) for every entry of hash `key`. Returns true, or nil, err.
 function _M.each(red, key, fn)
     local cursor = "0"
@@ -47,20 +49,31 @@ function _M.into_dict(red, key, cdict, prefix, what, check)
     if not ok then
         return nil, err
     end
+    -- write first, then drop what is gone: every entry is the old or the new copy, never none;
+    -- an entry the zone has no room for is counted (the node then looks it up on demand) and
+    -- the rest still goes in; yield now and then so that the worker serves its requests
+    local full, n = 0, 0
+    for id, json in pairs(fresh) do
+        if json then
+            local sok, serr = cdict:safe_set(prefix .. id, json)
+            if not sok then
+                if serr ~= "no memory" then
+                    return nil, "config_dict: " .. tostring(serr)
+                end
+                full = full + 1
+            end
+            n = n + 1
+            if n % BATCH == 0 then
+                ngx.sleep(0)
+            end
+        end
+    end
     for _, k in ipairs(cdict:get_keys(0)) do
         if k:sub(1, #prefix) == prefix and not fresh[k:sub(#prefix + 1)] then
             cdict:delete(k)
         end
     end
-    for id, json in pairs(fresh) do
-        if json then
-            local sok, serr = cdict:safe_set(prefix .. id, json)
-            if not sok then
-                return nil, "config_dict: " .. tostring(serr)
-            end
-        end
-    end
-    return bad
+    return bad, nil, full
 end
 
 return _M

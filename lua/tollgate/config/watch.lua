@@ -24,19 +24,45 @@ function _M.init(settings, client)
     conf, redis_client = settings, client
 end
 
+local running, pending = false, false
+
+-- Bring the node to the store's config (config.update: the change log, or a full load when it
+-- cannot be used). Single-flight and coalescing: a notice or poll while one runs only asks for
+-- one more round after it.
 local function reload(reason)
-    local v, err = redis_client:with(conf.bg_timeout_ms, function(red)
-        return config.reload(red)
-    end)
-    if not v then
-        if not config.store_lost() then    -- a lost store was logged once by config
-            log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
-        end
-        return nil, err
+    if running then
+        pending = true
+        return nil, "coalesced"
     end
-    log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
-    connlimit.refresh(reason)       -- connection limits ride on the same notice
-    return v
+    running = true
+    local v, err
+    repeat
+        pending = false
+        local r
+        r, err = redis_client:with(conf.bg_timeout_ms, function(red)
+            local ver, full, changed = config.update(red)
+            if not ver then
+                return nil, full
+            end
+            return { ver, full, changed }
+        end)
+        if not r then
+            v = nil
+            if not config.store_lost() then    -- a lost store was logged once by config
+                log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
+            end
+        else
+            v = r[1]
+            if r[2] then
+                log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
+                connlimit.refresh(reason)       -- connection limits ride on the same notice
+            elseif #r[3] > 0 then
+                connlimit.refresh(reason, r[3]) -- the changed apps' limits only
+            end
+        end
+    until not pending
+    running = false
+    return v, err
 end
 _M.reload = reload
 

@@ -150,17 +150,26 @@ local function apply(set, id, reply, what)
     end
 end
 
---- Re-read the limits of every known app and its cluster from Redis (worker 0).
-function _M.refresh(reason)
+--- Re-read the limits of the apps `list` (parsed configs; all apps when nil) and their clusters
+--- from Redis (worker 0).
+function _M.refresh(reason, list)
     local apps, clusters, seen = {}, {}, {}
-    for _, id in ipairs(config.app_ids()) do
-        local a = config.app(id)
+    local function add(a)
         if a then
             apps[#apps + 1] = a
             if not seen[a.cluster] then
                 seen[a.cluster] = true
                 clusters[#clusters + 1] = a.cluster
             end
+        end
+    end
+    if list then
+        for i = 1, #list do
+            add(list[i])
+        end
+    else
+        for _, id in ipairs(config.app_ids()) do
+            add(config.app(id))
         end
     end
     local cmds = {}

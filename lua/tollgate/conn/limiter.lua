@@ -290,7 +290,18 @@ function _M.start(settings, client)
         dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now
         every(conf.cleanup_interval, function() _M.cleanup() end)
         every(conf.stats_interval, report)
-        every(conf.config_ttl, function() _M.refresh("ttl") end)
+        -- the apps with state on the node (a config notice refreshes the others)
+        every(conf.config_ttl, function()
+            config.refresh()
+            local list = {}
+            for _, id in ipairs(active.list()) do
+                local a = config.app(id)
+                if a then
+                    list[#list + 1] = a
+                end
+            end
+            _M.refresh("ttl", list)
+        end)
     end
 end
 

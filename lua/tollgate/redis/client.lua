@@ -103,7 +103,7 @@ function _M.parse_url(url)
 end
 
 --- A client. opts: url, pool_size (50), keepalive_ms (60000), on_result (function(err|nil,
--- unavailable, seconds)).
+-- unavailable, seconds, mark)), on_start (function() returning the mark given to on_result).
 function _M.new(opts)
     local u, err = _M.parse_url(opts.url)
     if not u then
@@ -116,6 +116,7 @@ function _M.new(opts)
         pool_size = opts.pool_size or 50,
         keepalive_ms = opts.keepalive_ms or 60000,
         on_result = opts.on_result,
+        on_start = opts.on_start,
         pool_suffix = ":" .. u.db .. ":"
             .. (u.password and ngx.md5((u.user or "") .. ":" .. u.password) or ""),
         targets = {},
@@ -264,10 +265,10 @@ function _M.pipeline_error(res)
     return nil
 end
 
-local function report(self, err, unavailable, t0)
+local function report(self, err, unavailable, t0, mark)
     if self.on_result then
         update_time()
-        self.on_result(err, unavailable, now() - t0)
+        self.on_result(err, unavailable, now() - t0, mark)
     end
 end
 
@@ -276,12 +277,13 @@ end
 function _M.with(self, timeout_ms, fn, ...)
     update_time()
     local t0 = now()
+    local mark = self.on_start and self.on_start()
     if self.cluster then
         local h = self.cluster:handle(timeout_ms)
         local res, ferr = fn(h, ...)
         h:finish()   -- failed connections were closed when they failed
         local unavailable = not res and is_unavailable(ferr)
-        report(self, not res and ferr or nil, unavailable, t0)
+        report(self, not res and ferr or nil, unavailable, t0, mark)
         if unavailable then
             return nil, ferr
         end
@@ -289,12 +291,12 @@ function _M.with(self, timeout_ms, fn, ...)
     end
     local red, err = self:connect(timeout_ms)
     if not red then
-        report(self, err, true, t0)
+        report(self, err, true, t0, mark)
         return nil, err
     end
     local res, ferr = fn(red, ...)
     local unavailable = not res and is_unavailable(ferr)
-    report(self, not res and ferr or nil, unavailable, t0)
+    report(self, not res and ferr or nil, unavailable, t0, mark)
     if unavailable then
         red:close()
         self:failed()

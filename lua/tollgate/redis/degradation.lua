@@ -3,7 +3,8 @@
 --   level 1 mild         10-100 ms                reserve 2x, sync 5x less often
 --   level 2 significant  > 100 ms                 reserve 5x, sync 10x less often
 --   level 3 unavailable  breaker open             fail-open budget for requests needing Redis
--- Latency is an EWMA per worker of every Redis round trip (a timeout counts as its timeout);
+-- Latency is an EWMA per worker of every Redis round trip (a timeout counts as its timeout), net
+-- of the worker's own event-loop stalls during it (measured by a timer's lateness);
 -- worker 0 combines the workers' values every 250 ms, moves up at once and steps down only after
 -- the lower level held for `hold` seconds (hysteresis), and logs one line per change.
 -- The breaker opens on any unavailability (refused, closed, timeout, READONLY, ...): requests
@@ -54,10 +55,65 @@ function _M.sync_interval()
     return conf.sync_interval * SYNC[_M.level()]
 end
 
---- A Redis round trip finished after `sec` seconds (ok or not).
-function _M.observe(sec)
+-- The worker's own event-loop stalls (a long Lua computation, a blocked worker) delay the
+-- resumption of a Redis call as much as a slow Redis would. A timer every LAG_EVERY measures
+-- when it fires late (stall_total: the seconds since it last ran, summed over its late runs: a
+-- stall's start is only known to be after the last run); a call's time is taken
+-- net of the stalls during it: those measured since its mark, and the one under way (the timer
+-- is due but could not run yet: the loop was busy until now).
+local LAG_EVERY = 0.02
+local TOLERANCE = 0.005
+local stall_total, last_fire = 0, nil
+
+--- The mark a Redis call starts with (client on_start).
+function _M.mark()
+    return stall_total
+end
+
+local function add(sec)
     ewma = ewma + ALPHA * (sec - ewma)
     last_sample = now()
+end
+
+--- Seconds of a call of `sec` seconds ending now that were this worker's own stalls.
+function _M.stalled(sec, mark)
+    if not mark or not last_fire then
+        return 0
+    end
+    local t1 = now()
+    local stalled = stall_total - mark
+    if t1 - last_fire - LAG_EVERY > TOLERANCE then
+        -- the stall began after the timer last ran (when, the loop cannot tell: count from then)
+        local t0 = t1 - sec
+        stalled = stalled + t1 - (last_fire > t0 and last_fire or t0)
+    end
+    return stalled < sec and stalled or sec
+end
+
+--- A Redis round trip finished after `sec` seconds (ok or not), net of this worker's stalls
+--- (stalled()).
+_M.observe = add
+
+local function lag(premature)
+    if premature then
+        return
+    end
+    ngx.update_time()
+    local t = now()
+    if last_fire then
+        if t - last_fire - LAG_EVERY > TOLERANCE then
+            stall_total = stall_total + (t - last_fire)    -- from the last time it ran
+        end
+    end
+    last_fire = t
+end
+
+--- Start measuring this worker's stalls (init_worker).
+function _M.start()
+    local ok, err = ngx.timer.every(LAG_EVERY, lag)
+    if not ok then
+        log(ngx.ERR, "tollgate: cannot start the stall measure: ", err)
+    end
 end
 
 local function open(err)

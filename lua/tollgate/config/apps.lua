@@ -412,10 +412,9 @@ function _M.apply_changes(red, version)
     return version, changed
 end
 
---- Bring the node to the store's config (worker 0): apply the change log, or load everything
--- when it cannot. Returns the version, whether it was a full load, the changed apps (nil after a
--- full load); or nil, err.
-function _M.update(red)
+-- The store's config version, once its epoch and version say it is the store this gateway knew
+-- (check_store); nil, err otherwise (a lost store loads nothing).
+local function store_version(red)
     local version, err = red:get(keys.config_version())
     if err then
         return nil, err
@@ -431,6 +430,17 @@ function _M.update(red)
     local lost = check_store(epoch, version)
     if lost then
         return nil, "config store lost: " .. lost
+    end
+    return version
+end
+
+--- Bring the node to the store's config (worker 0): apply the change log, or load everything
+-- when it cannot. Returns the version, whether it was a full load, the changed apps (nil after a
+-- full load); or nil, err.
+function _M.update(red)
+    local version, err = store_version(red)
+    if not version then
+        return nil, err
     end
     local v, changed = _M.apply_changes(red, version)
     if v then
@@ -447,21 +457,9 @@ end
 -- An entry that does not parse keeps the last good config of that app and counts an error.
 -- A store that is not the one this gateway knew (check_store) loads nothing.
 function _M.reload(red)
-    local version, err = red:get(keys.config_version())
-    if err then
+    local version, err = store_version(red)
+    if not version then
         return nil, err
-    end
-    local epoch, eerr = red:get(keys.config_epoch())
-    if eerr then
-        return nil, eerr
-    end
-    if epoch == ngx.null then
-        epoch = nil
-    end
-    version = tonumber(version) or 0
-    local lost = check_store(epoch, version)
-    if lost then
-        return nil, "config store lost: " .. lost
     end
     local loaded = {}
     local bad, serr, full = hashload.into_dict(red, keys.apps_index(), cdict, "app:",

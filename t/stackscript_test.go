@@ -109,6 +109,10 @@ func TestStackScriptKeepsSecrets(t *testing.T) {
 	eventually(t, "the gateway on the rule's config version", func() bool {
 		var h health
 		return json.Unmarshal(gw.Monitor("/health").Body, &h) == nil && h.ConfigVersion >= ver
+	}, func() {
+		b, _ := os.ReadFile(filepath.Join(run, "gateway", "logs", "error.log"))
+		t.Logf("health %s; want config version %d; gateway error.log:\n%s", gw.Monitor("/health").Body, ver,
+			tailBytes(string(b), 3000))
 	})
 	codes := map[int]int{}
 	for i := 0; i < 10; i++ {

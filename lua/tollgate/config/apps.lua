@@ -259,7 +259,9 @@ function _M.epoch()
 end
 
 -- Loading from the store (the change log, a full load, the store's epoch) lives in
--- tollgate.config.load, which requires this module; these keep the names callers use.
+-- tollgate.config.load, which requires this module (tollgate.config.watch requires it at init:
+-- a module first required in a worker is read with the worker's rights, which may not reach
+-- the prefix); these keep the names other callers use.
 function _M.update(red)
     return require("tollgate.config.load").update(red)
 end

@@ -2,6 +2,7 @@
 -- the version so that a missed notice converges within one poll interval (docs/design.md §8).
 -- Also announces this node in `ratelimit:gateways` (id, last report, config version).
 local config = require("tollgate.config.apps")
+local load = require("tollgate.config.load")
 local emergency = require("tollgate.lease.emergency")
 local deg = require("tollgate.redis.degradation")
 local metrics = require("tollgate.metrics")
@@ -26,7 +27,7 @@ end
 
 local running, pending = false, false
 
--- Bring the node to the store's config (config.update: the change log, or a full load when it
+-- Bring the node to the store's config (load.update: the change log, or a full load when it
 -- cannot be used). Single-flight and coalescing: a notice or poll while one runs only asks for
 -- one more round after it.
 local function reload(reason)
@@ -40,7 +41,7 @@ local function reload(reason)
         pending = false
         local r
         r, err = redis_client:with(conf.bg_timeout_ms, function(red)
-            local ver, full, changed = config.update(red)
+            local ver, full, changed = load.update(red)
             if not ver then
                 return nil, full
             end

@@ -629,7 +629,10 @@ func TestControlPlaneStartingOnAWipedStoreSeedsNothing(t *testing.T) {
 		t.Fatalf("/health %s %s, want config_store_lost epoch_missing", st, reason)
 	}
 	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
-		keys, _ := rdb.Keys(ctx, "*").Result()
+		var keys []string
+		for it := rdb.Scan(ctx, 0, "*", 1000).Iterator(); it.Next(ctx); {
+			keys = append(keys, it.Val())
+		}
 		for _, k := range keys {
 			if strings.HasPrefix(k, "ratelimit:apps") || strings.HasPrefix(k, "ratelimit:clusters") ||
 				strings.HasPrefix(k, "ratelimit:admin:users") || strings.HasPrefix(k, "ratelimit:config:") {

@@ -2,19 +2,10 @@ package t
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,39 +14,6 @@ import (
 	"tollgate/internal/testutil"
 	"tollgate/t/harness"
 )
-
-// selfSignedCert writes a certificate for 127.0.0.1 and its key; it returns the files and a
-// pool that trusts the certificate.
-func selfSignedCert(t *testing.T) (string, string, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tollgate-it"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cert, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(c)
-	return cert, keyFile, pool
-}
 
 func loginStatus(t *testing.T, c *http.Client, url, password string, hdr map[string]string) int {
 	t.Helper()
@@ -85,7 +43,7 @@ func loginAnswer(t *testing.T, c *http.Client, url, password string, hdr map[str
 // item 10) and refuses a request head over 16 KiB with 431 (item 2).
 func TestControlPlaneServesHTTPSFromSettings(t *testing.T) {
 	r := testutil.StartRedis(t)
-	cert, key, pool := selfSignedCert(t)
+	cert, key, pool := testutil.SelfSignedCert(t)
 	cp := harness.StartControlPlane(t, r.URL(), map[string]string{"TOLLGATE_ADMIN_PASSWORD": adminPassword,
 		"TOLLGATE_CP_JOBS": "false", "TOLLGATE_TLS_CERT": cert, "TOLLGATE_TLS_KEY": key})
 	if !strings.HasPrefix(cp.URL, "https://") {

@@ -4,20 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -140,45 +131,11 @@ func TestOversizedRequestHeadIsRefused(t *testing.T) {
 	}
 }
 
-// selfSigned writes a self-signed certificate for 127.0.0.1 and its key; it returns the files
-// and a pool trusting the certificate.
-func selfSigned(t *testing.T) (string, string, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tollgate-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cert, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	parsed, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(parsed)
-	return cert, keyFile, pool
-}
-
 var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 
 // Item 10: TOLLGATE_TLS_CERT / TOLLGATE_TLS_KEY serve HTTPS.
 func TestTLSFromSettings(t *testing.T) {
-	cert, key, pool := selfSigned(t)
+	cert, key, pool := testutil.SelfSignedCert(t)
 	env := map[string]string{config.EnvTLSCert: cert, config.EnvTLSKey: key}
 	cfg, err := config.FromEnv(func(k string) string { return env[k] })
 	if err != nil || cfg.TLSCert != cert || cfg.TLSKey != key {
@@ -219,14 +176,14 @@ func TestTLSFromSettings(t *testing.T) {
 }
 
 func otherKey(t *testing.T) string {
-	_, key, _ := selfSigned(t)
+	_, key, _ := testutil.SelfSignedCert(t)
 	return key
 }
 
 // Item 10: listening off loopback without TLS warns at start; loopback or TLS do not.
 func TestPlaintextOffLoopbackWarns(t *testing.T) {
 	const warning = "off loopback without TLS"
-	cert, key, _ := selfSigned(t)
+	cert, key, _ := testutil.SelfSignedCert(t)
 	for _, c := range []struct {
 		addr, cert, key string
 		warn            bool

@@ -106,46 +106,41 @@ function _M.headers()
     return h
 end
 
--- Per-worker caches of the two maps, dropped on every new config generation.
-local key_cache, bucket_cache = {}, {}
-local key_n = 0
+-- per worker: the answers of config_dict ("ak:<key>", "bk:<bucket>") for the current config,
+-- each cache with its own bound (wiped when full, and by flush() on a new generation)
 local CACHE_MAX = 20000
+local keys_c, buckets_c = { n = 0, t = {} }, { n = 0, t = {} }
 
---- config.on_generation hook.
+--- Forget the cached answers (a new config generation).
 function _M.flush()
-    key_cache, bucket_cache, key_n = {}, {}, 0
+    keys_c.t, keys_c.n, buckets_c.t, buckets_c.n = {}, 0, {}, 0
+end
+
+-- The value of config_dict key prefix .. k through cache c (false when absent).
+local function lookup(c, prefix, k)
+    local a = c.t[k]
+    if a ~= nil then
+        return a
+    end
+    a = cdict:get(prefix .. k) or false
+    if c.n >= CACHE_MAX then
+        c.t, c.n = {}, 0
+    end
+    c.t[k] = a
+    c.n = c.n + 1
+    return a
 end
 
 --- The app of access key id `akid` (a valid key): app id, or false when the key is unknown.
 -- The one place a key is resolved: today a read of the map loaded into config_dict.
 local function app_of_key(akid)
-    local a = key_cache[akid]
-    if a ~= nil then
-        return a
-    end
-    a = cdict:get("ak:" .. akid) or false
-    if key_n >= CACHE_MAX then
-        key_cache, key_n = {}, 0
-    end
-    key_cache[akid] = a
-    key_n = key_n + 1
-    return a
+    return lookup(keys_c, "ak:", akid)
 end
 _M.app_of_key = app_of_key
 
 --- The app owning `bucket`, or false.
 local function app_of_bucket(bucket)
-    local a = bucket_cache[bucket]
-    if a ~= nil then
-        return a
-    end
-    a = cdict:get("bk:" .. bucket) or false
-    if key_n >= CACHE_MAX then
-        bucket_cache, key_n = {}, 0
-    end
-    bucket_cache[bucket] = a
-    key_n = key_n + 1
-    return a
+    return lookup(buckets_c, "bk:", bucket)
 end
 _M.app_of_bucket = app_of_bucket
 

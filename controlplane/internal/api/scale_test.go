@@ -120,3 +120,65 @@ func TestAppWritesAndListsAreO1(t *testing.T) {
 	}
 	t.Logf("commands per 2 updates + delete + create + 9 list pages + 1 connections page: %v", small)
 }
+
+// TestAppListFiltersContinue: several value filters are answered by a bounded walk with a
+// continuation: following meta.next lists exactly the matching apps, each response examines at
+// most MaxExamined candidates and has no exact total; one filter pages with an exact total;
+// page= with several filters and after= with fewer are refused.
+func TestAppListFiltersContinue(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t)
+	ctx := context.Background()
+	var want []string
+	for i := 0; i < 40; i++ {
+		a := store.App{AppID: fmt.Sprintf("f-%02d", i), ClusterID: "default", GuaranteedQuota: 1,
+			BurstQuota: 10, Priority: i % 2, CBw: 1, Enabled: i%3 != 0}
+		if _, err := f.store.PutApp(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if a.Priority == 1 && !a.Enabled {
+			want = append(want, a.AppID)
+		}
+	}
+	defer func(n int64) { MaxExamined = n }(MaxExamined)
+	MaxExamined = 4
+	tok := f.user(t, "viewer1", "viewer")
+	var got []string
+	q := "/api/v1/apps?cluster_id=default&priority=1&enabled=false&search=f-&limit=3"
+	for step, after := 0, ""; ; step++ {
+		url := q
+		if after != "" {
+			url += "&after=" + after
+		}
+		res := f.call(t, "GET", url, tok, nil)
+		if res.code != 200 || res.get("meta", "total") != nil {
+			t.Fatalf("%s: %d %s", url, res.code, res.raw)
+		}
+		if ex, _ := res.get("meta", "examined").(float64); ex > 4 {
+			t.Fatalf("%s examined %v candidates, bound 4", url, ex)
+		}
+		data, _ := res.get("data").([]any)
+		for _, d := range data {
+			got = append(got, d.(map[string]any)["app_id"].(string))
+		}
+		if after = res.str("meta", "next"); after == "" {
+			break
+		}
+		if step > 40 {
+			t.Fatal("no end")
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("continued list %v\nwant %v", got, want)
+	}
+	res := f.call(t, "GET", "/api/v1/apps?enabled=false&search=f-&limit=5&page=2", tok, nil)
+	if n, _ := res.get("meta", "total").(float64); res.code != 200 || n != 14 {
+		t.Fatalf("one filter: %d %s", res.code, res.raw)
+	}
+	for _, bad := range []string{"?priority=1&enabled=false&page=2", "?priority=1&after=f-01",
+		"?priority=1&enabled=false&after=a%20b"} {
+		if res := f.call(t, "GET", "/api/v1/apps"+bad, tok, nil); res.code != 400 || res.str("error", "code") != "invalid_query" {
+			t.Fatalf("%s: %d %s", bad, res.code, res.raw)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -146,9 +148,32 @@ func TestValueIndexesAnswerFilters(t *testing.T) {
 	}
 	rdb.Del(ctx(t), keys.AppsBy("cluster", "c1"), keys.AppsBy("enabled", "1"))
 	check("value indexes lost")
-	// stale members (a removed app, an app under its old priority): rebuilt
+	// stale members (a removed app, an app under its old priority) as a write in flight leaves
+	// them for a moment: not listed, and no rebuild while they may be a write in flight
 	rdb.ZAdd(ctx(t), keys.AppsBy("priority", "1"), redis.Z{Member: "ghost\x00ghost"}, redis.Z{Member: "app-04\x00app-04"})
 	rdb.ZAdd(ctx(t), keys.AppsBy("cluster", "c2"), redis.Z{Member: "app-04\x00app-04"})
+	p1 = 1
+	for i := 0; i < 3; i++ {
+		p, err := s.PageAppsWhere(ctx(t), AppFilter{Priority: &p1}, 0, 100)
+		if err != nil || p.Total != int64(len(filterApps(apps, AppFilter{Priority: &p1})))+2 {
+			t.Fatalf("surplus rebuilt at once, or not counted: total %d, %v", p.Total, err)
+		}
+		var got []string
+		for _, a := range p.Apps {
+			got = append(got, a.AppID)
+		}
+		if want := filterApps(apps, AppFilter{Priority: &p1}); !slices.Equal(got, want) {
+			t.Fatalf("stale members listed: %v\nwant %v", got, want)
+		}
+	}
+	// the same surplus for StaleRepairAfter: rebuilt
+	defer func(d time.Duration) { StaleRepairAfter = d }(StaleRepairAfter)
+	StaleRepairAfter = 0
+	for i := 0; i < 2; i++ {
+		if _, err := s.EnsureAppValueIndexes(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	check("stale members")
 	if n, _ := rdb.ZCard(ctx(t), keys.AppsBy("cluster", "c2")).Result(); n != int64(len(filterApps(apps, AppFilter{Cluster: "c2"}))) {
 		t.Fatalf("cluster c2 index keeps %d members after the rebuild", n)
@@ -219,5 +244,73 @@ func TestReleaseAppSubtractsItsShare(t *testing.T) {
 	}
 	if _, err := s.ReleaseApp(ctx(t), "nope", "r0"); err == nil {
 		t.Fatal("release in an unknown cluster accepted")
+	}
+}
+
+// TestWritesInFlightCostNoRebuild: lists and filters that run while apps are created, moved
+// between priorities and removed never see an index missing a member, so they never rebuild an
+// index (no HSCAN of the JSON index).
+func TestWritesInFlightCostNoRebuild(t *testing.T) {
+	s, rdb := newStore(t)
+	mustCluster(t, s, 1_000_000)
+	if err := rdb.ConfigResetStat(ctx(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for w := 0; w < 4; w++ {
+		go func() {
+			defer func() { errs <- nil }()
+			for i := 0; i < 150; i++ {
+				a := demoApp(fmt.Sprintf("w%d-%03d", w, i), 1)
+				for _, p := range []int{0, 2} {
+					a.Priority = p
+					if _, err := s.PutApp(ctx(t), a); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if i%3 == 0 {
+					if err := s.RemoveApp(ctx(t), a.AppID); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	p2 := 2
+	var readers sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := s.PageApps(ctx(t), "", 0, 20); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.PageAppsWhere(ctx(t), AppFilter{Priority: &p2}, 0, 20); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for w := 0; w < 4; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	readers.Wait()
+	info, _ := rdb.Info(ctx(t), "commandstats").Result()
+	if strings.Contains(info, "cmdstat_hscan:") {
+		t.Fatalf("an index was rebuilt while writes were in flight:\n%s", info)
 	}
 }

@@ -314,3 +314,49 @@ func TestWritesInFlightCostNoRebuild(t *testing.T) {
 		t.Fatalf("an index was rebuilt while writes were in flight:\n%s", info)
 	}
 }
+
+// TestAppsIdentityMatchesOneByOne: the batched read of access keys and buckets an export uses
+// answers what AccessKeys and AppBuckets answer app by app, a stale set member (a key another app
+// now owns) left out.
+func TestAppsIdentityMatchesOneByOne(t *testing.T) {
+	s, rdb := newStore(t)
+	mustCluster(t, s, 1_000_000)
+	var ids []string
+	for i := 0; i < 6; i++ {
+		id := fmt.Sprintf("id-%d", i)
+		ids = append(ids, id)
+		if _, err := s.PutApp(ctx(t), demoApp(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids[:4] {
+		for k := 0; k <= i; k++ {
+			if _, _, err := s.AddAccessKey(ctx(t), id, fmt.Sprintf("AKIAEXPORT%d%d0000000", i, k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%2 == 0 {
+			if _, _, err := s.PutBucket(ctx(t), fmt.Sprintf("bucket-%d", i), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rdb.SAdd(ctx(t), keys.AppAccessKeys("id-5"), "AKIAEXPORT000000000") // owned by id-0
+	akeys, buckets, err := s.AppsIdentity(ctx(t), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		k, _ := s.AccessKeys(ctx(t), id)
+		b, _ := s.AppBuckets(ctx(t), id)
+		if fmt.Sprint(k) != fmt.Sprint(akeys[id]) && !(len(k) == 0 && len(akeys[id]) == 0) {
+			t.Fatalf("%s: access keys %v, one by one %v", id, akeys[id], k)
+		}
+		if fmt.Sprint(b) != fmt.Sprint(buckets[id]) && !(len(b) == 0 && len(buckets[id]) == 0) {
+			t.Fatalf("%s: buckets %v, one by one %v", id, buckets[id], b)
+		}
+	}
+	if len(akeys["id-3"]) != 4 || len(buckets["id-2"]) != 1 || len(akeys["id-5"]) != 0 {
+		t.Fatalf("identities %v %v", akeys, buckets)
+	}
+}

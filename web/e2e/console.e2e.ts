@@ -28,7 +28,7 @@ describe('admin console on a real stack', () => {
     await admin?.close()
     await stack?.stop()
     if (Object.keys(timings).length) {
-      console.log('dashboard render time (ms from navigation start):')
+      console.log('render times (ms from navigation start):')
       for (const [k, v] of Object.entries(timings)) console.log(`  ${k.padEnd(44)} ${v === null ? '–' : v.toFixed(0)}`)
     }
   })

@@ -107,12 +107,27 @@ function _M.headers()
 end
 
 -- per worker: the answers of config_dict ("ak:<key>", "bk:<bucket>") for the current config,
--- each cache with its own bound (wiped when full, and by flush() on a new generation)
+-- each cache with its own bound (wiped when full; flush() drops what a new generation changed)
 local CACHE_MAX = 20000
 local keys_c, buckets_c = { n = 0, t = {} }, { n = 0, t = {} }
 
---- Forget the cached answers (a new config generation).
-function _M.flush()
+local function forget(c, ids)
+    for k in pairs(ids or {}) do
+        if c.t[k] ~= nil then
+            c.t[k] = nil
+            c.n = c.n - 1
+        end
+    end
+end
+
+--- A new config generation (config.on_generation): forget the cached answers of the access
+--- keys and buckets it changed (drop.key, drop.bucket), or all of them (drop nil).
+function _M.flush(_, drop)
+    if drop then
+        forget(keys_c, drop.key)
+        forget(buckets_c, drop.bucket)
+        return
+    end
     keys_c.t, keys_c.n, buckets_c.t, buckets_c.n = {}, 0, {}, 0
 end
 

@@ -57,9 +57,7 @@ local function reload(reason)
             if r[2] then
                 log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
                 connlimit.refresh(reason)       -- connection limits ride on the same notice
-            elseif #r[3] > 0 then
-                connlimit.refresh(reason, r[3]) -- the changed apps' limits only
-            end
+            end     -- a change's limits were read with it (tollgate.config.load)
         end
     until not pending
     running = false

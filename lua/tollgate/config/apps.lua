@@ -208,9 +208,10 @@ function _M.app(id)
     local s = cdict:get("app:" .. id)
     if s then
         a = parse_app(id, s) or false
-    elseif lookup and cdict:get("partial") then
-        -- the zone holds only part of the apps: ask Redis (bounded by the cache below, dropped
-        -- with it on the next generation); a Redis that does not answer refuses nothing
+    elseif lookup and (cdict:get("partial") or cdict:get("loading")) then
+        -- the zone holds only part of the apps, or a first load is still under way: ask Redis
+        -- (bounded by the cache below, dropped with it on a full load's generation or when the
+        -- app changes); a Redis that does not answer refuses nothing
         -- (nil: fail-open, as before any config)
         local json, err = lookup(id)
         if json then

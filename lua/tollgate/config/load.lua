@@ -150,6 +150,7 @@ local function apply_apps(red, ids)
         local json = vals[i]
         if json == ngx.null or json == nil then
             cdict:delete("app:" .. id)
+            hashload.note(cdict, "app:", id, false)
             removed[#removed + 1] = id
         else
             local a, why = parse_app(id, json)
@@ -166,6 +167,7 @@ local function apply_apps(red, ids)
                     cdict:delete("app:" .. id)  -- looked up on demand, never a stale copy
                     full = full + 1
                 end
+                hashload.note(cdict, "app:", id, ok)
                 changed[#changed + 1] = a
             end
         end
@@ -195,8 +197,10 @@ local function apply_map(red, key, prefix, ids)
         local app = vals[i]
         if app == ngx.null or app == nil then
             cdict:delete(prefix .. id)
+            hashload.note(cdict, prefix, id, false)
         elseif not keys.valid_id(app) then
             cdict:delete(prefix .. id)
+            hashload.note(cdict, prefix, id, false)
             cdict:incr("errors", 1, 0)
             ngx.log(ngx.ERR, "tollgate: bad entry in ", key, " (field of ", #id, " bytes), skipped")
         else
@@ -205,8 +209,10 @@ local function apply_map(red, key, prefix, ids)
                 if serr ~= "no memory" then
                     return nil, "config_dict: " .. tostring(serr)
                 end
+                cdict:delete(prefix .. id)
                 full = full + 1
             end
+            hashload.note(cdict, prefix, id, ok)
         end
     end
     if full > 0 then
@@ -229,6 +235,7 @@ local function apply_rules(red, ids)
         local json = vals[i]
         if json == ngx.null or json == nil then
             cdict:delete("rule:" .. id)
+            hashload.note(cdict, "rule:", id, false)
         else
             local r, field, code = rules_parse.parse(id, json)
             if r then
@@ -236,6 +243,7 @@ local function apply_rules(red, ids)
                 if not ok then
                     return nil, "config_dict: " .. tostring(serr)
                 end
+                hashload.note(cdict, "rule:", id, true)
             else
                 cdict:incr("errors", 1, 0)
                 ngx.log(ngx.ERR, "tollgate: bad rule ", id, " (", tostring(field),
@@ -371,27 +379,40 @@ function _M.update(red)
     return v, true, err
 end
 
---- Load every app config from Redis (HSCAN, never KEYS) into config_dict.
--- An entry that does not parse keeps the last good config of that app and counts an error.
--- A store that is not the one this gateway knew (check_store) loads nothing.
+--- Load every config from Redis into config_dict (worker 0, in the background): the apps
+-- index, then rules, breakers, access keys and buckets, each by HSCAN pages written as they
+-- come with a yield between pages (tollgate.config.hashload), what is gone dropped without a
+-- walk of the dict; then the connection limits of every app and cluster. An entry that does
+-- not parse keeps its last good config and counts an error. A node without config ("loading")
+-- looks up the apps it has not loaded yet on demand (config.app) and reports no version until
+-- the load is done. A store that is not the one this gateway knew (check_store) loads nothing.
+-- Returns the version, or nil, err.
 function _M.reload(red)
     local version, err = store_version(red)
     if not version then
         return nil, err
     end
-    local loaded = {}
+    if not cdict:get("version") and not cdict:get("loading") then
+        cdict:set("loading", 1)
+        cdict:incr("generation", 1, 0)  -- a generation, no version yet: apps looked up on demand
+        apps.publish()
+    end
+    local loaded, clusters = {}, {}
     local bad, serr, full = hashload.into_dict(red, keys.apps_index(), cdict, "app:",
         "config for app", function(id, json)
             local a, why = parse_app(id, json)
             if a then
-                loaded[#loaded + 1] = a
+                loaded[#loaded + 1] = { id = id, cluster = a.cluster }
+                if not clusters[a.cluster] then
+                    clusters[a.cluster] = { cluster = a.cluster }
+                end
             end
             return a, why
         end)
     if not bad then
         return nil, serr
     end
-    add_clusters(loaded, true)
+    add_clusters(clusters, true)
     zone_full(full, #loaded)
     local rbad, rerr = rules_parse.load(red, cdict)
     if not rbad then
@@ -408,11 +429,21 @@ function _M.reload(red)
         return nil, ierr
     end
     bad = bad + ibad
+    -- every app's and cluster's connection limits (HMGETs pipelined), before the generation
+    local cids = {}
+    for c in pairs(clusters) do
+        cids[#cids + 1] = c
+    end
+    local cok, cerr = connconf.read(red, loaded, cids)
+    if not cok then
+        return nil, cerr
+    end
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end
-    -- a strictly new value tells every worker to drop its parsed cache
+    -- a new generation without a journal tells every worker to drop its parsed caches
     cdict:set("version", version)
+    cdict:delete("loading")
     cdict:incr("generation", 1, 0)
     cdict:incr("full_loads", 1, 0)
     apps.publish()

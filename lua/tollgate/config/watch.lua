@@ -54,10 +54,9 @@ local function reload(reason)
             end
         else
             v = r[1]
-            if r[2] then
+            if r[2] then    -- (the connection limits are read with the config)
                 log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
-                connlimit.refresh(reason)       -- connection limits ride on the same notice
-            end     -- a change's limits were read with it (tollgate.config.load)
+            end
         end
     until not pending
     running = false

@@ -222,10 +222,11 @@ function _M.read(red, apps, clusters, removed)
     return true
 end
 
---- Re-read the limits of the apps `list` (parsed configs; when nil, every app the node holds:
---- `ids`, or config.app_ids()) and their clusters from Redis (worker 0), then a new generation
---- that names them (workers drop those entries only; all of them after a full list).
-function _M.refresh(reason, list, ids)
+--- Re-read the limits of the apps `list` ({id, cluster}; when nil, every app the node holds,
+--- config.app_ids()) and their clusters from Redis (worker 0), then a new generation that names
+--- them (workers drop those entries only), or, for every app, drops everything.
+function _M.refresh(reason, list)
+    local all
     local apps, clusters, seen = {}, {}, {}
     local function add(a)
         if a then
@@ -241,7 +242,8 @@ function _M.refresh(reason, list, ids)
             add(list[i])
         end
     else
-        for _, id in ipairs(ids or config.app_ids()) do
+        all = true
+        for _, id in ipairs(config.app_ids()) do
             add(config.app(id))
         end
     end
@@ -256,7 +258,7 @@ function _M.refresh(reason, list, ids)
         log(WARN, "tollgate: connection limits not refreshed (", reason, "): ", err)
         return nil, err
     end
-    if list then
+    if not all then
         local journal = {}
         for _, a in ipairs(apps) do
             journal[#journal + 1] = "conn_app " .. a.id

@@ -6,6 +6,8 @@
 //   - the store: apps created per second (bulk creation through PutApp);
 //   - a fresh node: time from start to a loaded config, and how many of a random sample of apps
 //     it knows (not 403 unknown_app);
+//   - a full load under traffic: wrk on one app while the node loads every app again (a change
+//     logged as "all"): req/s, p99, and the load's time;
 //   - the request path: wrk on one app (req/s, p99, refused requests, fail-open admissions);
 //   - propagation: API 2xx of an app change → the node enforces it (p50, max of -changes);
 //   - memory: nginx worker private memory, control plane RSS, Redis used_memory;
@@ -68,6 +70,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.sample, "sample", 200, "random apps probed on the node")
 	fs.DurationVar(&o.apiPhase, "api", 5*time.Second, "duration of each API phase (0 skips them)")
 	fs.DurationVar(&o.ready, "ready", 5*time.Minute, "longest wait for a node to load its config")
+	fs.StringVar(&o.configDict, "config-dict", "auto", "size of the node's config_dict (auto: docs/scale.md's rule for N apps)")
 	out := fs.String("out", filepath.Join(repo, "bench", "results", "scale.md"), "Markdown output")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -111,6 +114,7 @@ type options struct {
 	sample      int
 	apiPhase    time.Duration
 	ready       time.Duration
+	configDict  string
 	progress    io.Writer
 }
 

@@ -37,6 +37,7 @@ type Options struct {
 	// ReadyTimeout bounds the wait for a loaded config and a proxied request (default 15 s;
 	// the scale benchmark's nodes load 100,000 apps)
 	ReadyTimeout time.Duration
+	ConfigDict   string // size of config_dict (Layout.ConfigDict)
 }
 
 // Node is one running nginx.
@@ -72,6 +73,7 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		Listen:        "127.0.0.1:" + strconv.Itoa(listen),
 		MetricsListen: "127.0.0.1:" + strconv.Itoa(metrics),
 		Backend:       "127.0.0.1:" + strconv.Itoa(backend),
+		ConfigDict:    o.ConfigDict,
 	})
 	if err != nil {
 		return nil, err

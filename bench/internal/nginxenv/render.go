@@ -34,6 +34,9 @@ type Layout struct {
 	Backend       string // storage backend address host:port
 	Workers       int
 	LogLevel      string
+	// ConfigDict is the size of lua_shared_dict config_dict ("64m"; default: the repository's
+	// nginx/tollgate_http.conf)
+	ConfigDict string
 }
 
 // Render writes the prefix of variant v (directories, the object, the backend server block and
@@ -61,7 +64,43 @@ func Render(v Variant, l Layout) (string, error) {
 	if err := renderFile(tmpl, conf, l, "include "+backendConf+";"); err != nil {
 		return "", err
 	}
+	if v.Tollgate() && l.ConfigDict != "" {
+		if err := resizeConfigDict(l, conf); err != nil {
+			return "", err
+		}
+	}
 	return conf, nil
+}
+
+var configDictLine = regexp.MustCompile(`lua_shared_dict config_dict \S+;`)
+
+// resizeConfigDict points nginx.conf at a copy of tollgate_http.conf whose config_dict has
+// l.ConfigDict.
+func resizeConfigDict(l Layout, conf string) error {
+	if !regexp.MustCompile(`^[0-9]+[km]$`).MatchString(l.ConfigDict) {
+		return fmt.Errorf("nginxenv: config_dict size %q (want e.g. 64m)", l.ConfigDict)
+	}
+	orig := filepath.Join(l.Repo, "nginx", "tollgate_http.conf")
+	b, err := os.ReadFile(orig)
+	if err != nil {
+		return fmt.Errorf("nginxenv: %w", err)
+	}
+	if !configDictLine.Match(b) {
+		return fmt.Errorf("nginxenv: no config_dict in %s", orig)
+	}
+	cp := filepath.Join(l.Prefix, "conf", "tollgate_http.conf")
+	if err := os.WriteFile(cp, configDictLine.ReplaceAll(b, []byte("lua_shared_dict config_dict "+l.ConfigDict+";")), 0o644); err != nil {
+		return fmt.Errorf("nginxenv: %w", err)
+	}
+	c, err := os.ReadFile(conf)
+	if err != nil {
+		return fmt.Errorf("nginxenv: %w", err)
+	}
+	out := strings.Replace(string(c), "include "+orig+";", "include "+cp+";", 1)
+	if out == string(c) {
+		return fmt.Errorf("nginxenv: %s does not include %s", conf, orig)
+	}
+	return os.WriteFile(conf, []byte(out), 0o644)
 }
 
 func templateName(k Kind) string {

@@ -59,6 +59,9 @@ local function holding(cdict, prefix)
     return h
 end
 
+--- The ids worker 0 holds under `prefix` ({ id = true }; do not modify).
+_M.held = holding
+
 --- Note that the entry `id` under `prefix` is in the dict (present) or not (a change applied
 --- outside a full load).
 function _M.note(cdict, prefix, id, present)

@@ -231,6 +231,7 @@ local function apply_rules(red, ids)
     if not vals then
         return nil, err
     end
+    hashload.held(cdict, "rule:")     -- (listed before a change is noted: see hashload)
     for i, id in ipairs(ids) do
         local json = vals[i]
         if json == ngx.null or json == nil then
@@ -251,9 +252,10 @@ local function apply_rules(red, ids)
             end
         end
     end
-    return true
+    return rules_parse.list_ids(cdict)
 end
 
+-- (apply_rules ends with rules_parse.list_ids: the list of stored rules workers compile from)
 -- The parsed configs of apps `ids` this node holds (for their connection limits' keys).
 local function held(ids)
     local out = {}

@@ -65,8 +65,8 @@ func ConfigVersion() string { return rlPrefix + "config:version" }
 func ConfigEpoch() string { return rlPrefix + "config:epoch" }
 
 // ConfigChanges is the change log: a sorted set scored by config version whose members are
-// "<version> <kind> <id>" (kind app: one app's entry of the apps index changed; kind all: anything
-// else, a gateway reloads everything). Gateways read it from the version they hold (no hash tag).
+// "<version> <kind> <id>", one or more per version (kinds: internal/store/changes.go; all: a
+// gateway reloads everything). Gateways read it from the version they hold (no hash tag).
 func ConfigChanges() string { return rlPrefix + "config:changes" }
 
 // ConfigChannel is the pub/sub channel announcing a new config version.

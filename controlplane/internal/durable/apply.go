@@ -31,7 +31,7 @@ type Writer struct {
 // then its L2, lease, stats and connection keys, then its allocation leaves L1.
 func (w Writer) deleteApp(ctx context.Context, a App) error {
 	c, id := a.ClusterID, a.AppID
-	if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
+	if _, err := w.Store.Bump(store.WithChange(ctx, store.ChangeApp, id), func(ctx context.Context) error {
 		if err := w.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}

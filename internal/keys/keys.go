@@ -53,6 +53,10 @@ func AppsIndex() string { return rlPrefix + "apps" }
 // control plane pages and prefix-searches it by lex range instead of reading every app.
 func AppIDs() string { return rlPrefix + "apps:ids" }
 
+// AppsBy is the sorted set of the ids of the apps whose field (cluster, priority or enabled) has
+// value, members and scores as in AppIDs (no hash tag): the control plane pages a filter by it.
+func AppsBy(field, value string) string { return rlPrefix + "apps:by:" + field + ":" + value }
+
 // ClustersIndex is the set of cluster ids (no hash tag).
 func ClustersIndex() string { return rlPrefix + "clusters" }
 

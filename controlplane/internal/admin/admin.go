@@ -110,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
 		PrometheusURL: a.PrometheusURL, ClientLimiter: auth.NewLimiter(a.AnonRate, a.AnonBurst, nil),
 		TrustedProxies: a.TrustedProxies, Guard: o.Guard, Backups: o.Backups,
-		Writer: durable.Writer{Reader: durable.Reader{Redis: o.Redis, Store: o.Store}, Ledger: led}})
+		Writer: durable.Writer{Reader: durable.Reader{Redis: o.Redis, Store: o.Store}}})
 	if err != nil {
 		return nil, err
 	}

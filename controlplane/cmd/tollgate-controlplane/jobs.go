@@ -36,7 +36,8 @@ func startJobs(ctx context.Context, log *slog.Logger, cfg config.Jobs, rdb redis
 	}
 	r := jobs.New(el, log,
 		jobs.Scheduled{Every: cfg.ReconcileEvery, Job: reconcile.New(st, led,
-			reconcile.Options{Tolerance: cfg.DriftTolerance, ReapAfter: cfg.ReapAfter, Logger: log})},
+			reconcile.Options{Tolerance: cfg.DriftTolerance, ReapAfter: cfg.ReapAfter,
+				SweepPerTick: cfg.ReconcileSweep, Logger: log})},
 		jobs.Scheduled{Every: cfg.UsageEvery, Job: emergency.NewJob(st, led, usage.NewMeter(led, nil),
 			emergency.NewManager(led, log),
 			emergency.Options{Threshold: cfg.EmergencyThreshold, Duration: cfg.EmergencyDuration})},

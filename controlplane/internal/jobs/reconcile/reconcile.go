@@ -45,7 +45,7 @@ type Ledger interface {
 type Options struct {
 	Tolerance    float64       // drift above which a ledger is corrected, default 0.1
 	ReapAfter    time.Duration // silence after which a node's leases are reaped, default 30 s
-	SweepPerTick int           // apps of the allocation set visited per tick and cluster, default 500
+	SweepPerTick int           // apps of the allocation set visited per tick and cluster, default 2000
 	Logger       *slog.Logger
 }
 
@@ -96,7 +96,7 @@ func New(cat Catalog, led Ledger, o Options) *Job {
 		o.ReapAfter = 30 * time.Second
 	}
 	if o.SweepPerTick <= 0 {
-		o.SweepPerTick = 500
+		o.SweepPerTick = 2000
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

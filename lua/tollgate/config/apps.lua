@@ -56,6 +56,9 @@ local function parse_app(id, json)
         k_stats = keys.stats(cluster, id),
         k_nodes = keys.nodes(cluster, id),
         k_l1 = keys.l1(cluster),
+        k_active = keys.active(cluster),
+        k_debtors = keys.debtors(cluster),
+        k_totals = keys.totals(cluster),
         k_em = "em:" .. cluster,    -- emergency state of the cluster in the ratelimit dict
     }
 end

@@ -19,6 +19,11 @@ local function tg_now_us(arg)
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The app id of an app's key (the part after the last ':', as internal/keys builds them).
+local function tg_app_of(key)
+    return key:match(':([^:]+)$')
+end
+
 local function tg_ratio(prio)
     return TG_RATIO[prio] or 0
 end
@@ -146,6 +151,7 @@ local function tg_repay(b, amount, l1key)
     if principal > 0 then
         redis.call('HINCRBY', l1key, 'available', principal)
         redis.call('HINCRBY', l1key, 'borrowed', -principal)
+        redis.call('HINCRBY', l1key, 'borrow_rev', 1)
     end
     return pay
 end

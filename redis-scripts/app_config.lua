@@ -83,4 +83,5 @@ allocated = others + g
 local borrowed = tonumber(redis.call('HGET', KEYS[1], 'borrowed')) or 0
 local available = capacity - allocated - borrowed
 redis.call('HSET', KEYS[1], 'allocated', allocated, 'available', available)
+redis.call('HINCRBY', KEYS[1], 'alloc_rev', 1) -- a chunked L1 check spanning this starts over
 return {allocated, available}

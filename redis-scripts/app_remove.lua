@@ -3,7 +3,10 @@
 -- 100,000 apps): allocated loses the app's guaranteed quota (its score in the allocation set),
 -- borrowed what the app still owed, and available is recomputed from them. l1_reconcile
 -- recomputes the sums from the apps if they ever drift.
--- KEYS[1] l1 hash  KEYS[2] l1 apps zset  KEYS[3] l2 hash
+-- The cluster's revisions move with the sums (alloc_rev always, borrow_rev when the app owed), so
+-- that a chunked L1 check spanning the removal starts over instead of correcting from a tally
+-- that still counted the app; the app leaves the reconcile job's active set and debtors.
+-- KEYS[1] l1 hash  KEYS[2] l1 apps zset  KEYS[3] l2 hash  KEYS[4] active zset  KEYS[5] debtors set
 -- ARGV[1] app_id
 -- Returns {allocated, available, removed (1 when the app held an allocation or an L2 bucket)};
 -- error `unknown_cluster`.
@@ -34,6 +37,12 @@ if borrowed < 0 then
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('SREM', KEYS[5], ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'alloc_rev', 1)
+if owed ~= 0 then
+    redis.call('HINCRBY', KEYS[1], 'borrow_rev', 1)
+end
 local available = capacity - allocated - borrowed
 redis.call('HSET', KEYS[1], 'allocated', allocated, 'borrowed', borrowed, 'available', available)
 return {allocated, available, removed}

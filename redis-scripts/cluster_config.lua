@@ -24,4 +24,5 @@ local borrowed = tonumber(redis.call('HGET', KEYS[1], 'borrowed')) or 0
 local available = capacity - allocated - borrowed
 redis.call('HSET', KEYS[1], 'capacity', capacity, 'reserved_ratio', ARGV[2],
            'allocated', allocated, 'available', available)
+redis.call('HINCRBY', KEYS[1], 'alloc_rev', 1)
 return {capacity, allocated, available}

@@ -56,5 +56,6 @@ if oa ~= allocated or ob ~= borrowed or ov ~= available then
 end
 if corrected == 1 then
     redis.call('HINCRBY', KEYS[1], 'correction_count', 1)
+    redis.call('HINCRBY', KEYS[1], 'alloc_rev', 1)
 end
 return { corrected, allocated, borrowed, available, oa, ob, ov }

@@ -1,6 +1,8 @@
 -- l2_grant: lease tokens from an app's L2 bucket to a gateway node, borrowing from L1 when the
 -- bucket cannot cover `min` (Req 5, Property 5) and applying emergency ratios (Property 6).
 -- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] nodes zset  KEYS[4] l1 hash (cluster state)
+-- KEYS[5] the cluster's active zset, KEYS[6] its debtors set (both optional: the app is marked
+-- active at every grant, and a debtor when it borrows; see internal/keys)
 -- ARGV[1] node_id  ARGV[2] requested  ARGV[3] min (grant nothing unless at least this much)
 -- ARGV[4] optional now (Unix microseconds; simulator only, default Redis TIME)
 -- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes, emergency_until}
@@ -43,6 +45,7 @@ local function borrow(need, want)
     local debt = math.floor((6 * a + 4) / 5) -- ceil(1.2 A) in exact integer arithmetic
     redis.call('HINCRBY', KEYS[4], 'available', -a)
     redis.call('HINCRBY', KEYS[4], 'borrowed', a)
+    redis.call('HINCRBY', KEYS[4], 'borrow_rev', 1)
     b.tokens = b.tokens + a
     b.borrowed = b.borrowed + a
     b.debt = b.debt + debt
@@ -50,6 +53,9 @@ local function borrow(need, want)
                'debt', string.format('%d', b.debt))
     redis.call('HINCRBY', KEYS[1], 'total_borrowed', a)
     redis.call('HINCRBY', KEYS[1], 'total_interest', debt - a)
+    if KEYS[6] then
+        redis.call('SADD', KEYS[6], tg_app_of(KEYS[1]))
+    end
     return nil
 end
 
@@ -77,6 +83,9 @@ tg_save_l2(KEYS[1], b)
 
 local now_s = math.floor(now / 1000000)
 redis.call('ZADD', KEYS[3], now_s, node)
+if KEYS[5] then
+    redis.call('ZADD', KEYS[5], now_s, tg_app_of(KEYS[1]))
+end
 if granted > 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':granted', granted)
     redis.call('HINCRBY', KEYS[2], node .. ':unreported', granted)

@@ -10,11 +10,15 @@
 --     (returned tokens in, debt repaid from what overflows);
 --  4. restart the window: granted -= consumed + returned, consumed = returned = 0 per node, and
 --     the stats period counters move to last_period_*.
+--  5. the app stays in (or joins) the cluster's debtors set while it owes, and leaves the
+--     cluster's active set once nothing is left to reconcile: no node left (all reaped), no
+--     debt, nothing consumed in the window just closed, and no grant or report for reap_after.
 -- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] nodes zset  KEYS[4] stats hash  KEYS[5] l1 hash
+-- KEYS[6] active zset  KEYS[7] debtors set (both optional)
 -- ARGV[1] tolerance (0.1 = 10 %)  ARGV[2] reap_after_s  ARGV[3] optional now (Unix microseconds)
--- Returns {drift_ppm, corrected (1|0), reaped_nodes, reaped_tokens, granted, imbalance, paid};
--- {0, 0, 0, 0, 0, 0, 0, 'unknown_app'} without L2 state; errors `invalid_tolerance`,
--- `invalid_reap_after`.
+-- Returns {drift_ppm, corrected (1|0), reaped_nodes, reaped_tokens, granted, imbalance, paid,
+-- deactivated (1|0)}; {0, 0, 0, 0, 0, 0, 0, 0, 'unknown_app'} without L2 state (the app also
+-- leaves the active and debtors sets); errors `invalid_tolerance`, `invalid_reap_after`.
 local tol = tonumber(ARGV[1])
 local reap_after = tonumber(ARGV[2])
 if not tol or tol ~= tol or tol < 0 then
@@ -27,7 +31,11 @@ local now = tg_now_us(ARGV[3])
 local now_s = math.floor(now / 1000000)
 local b = tg_load_l2(KEYS[1])
 if not b then
-    return { 0, 0, 0, 0, 0, 0, 0, 'unknown_app' }
+    if KEYS[7] then
+        redis.call('ZREM', KEYS[6], tg_app_of(KEYS[1]))
+        redis.call('SREM', KEYS[7], tg_app_of(KEYS[1]))
+    end
+    return { 0, 0, 0, 0, 0, 0, 0, 0, 'unknown_app' }
 end
 
 local FIELDS = { 'granted', 'consumed', 'returned', 'held', 'seq', 'unreported' }
@@ -120,5 +128,21 @@ redis.call('HSET', KEYS[4], 'last_period_consumed', tonumber(p[1]) or 0,
            'last_period_requests', tonumber(p[2]) or 0, 'period_consumed', 0,
            'period_requests', 0, 'last_reconcile', now_s,
            'last_drift_ppm', math.floor(drift * 1000000))
+
+-- 5. the cluster's indexes
+local deactivated = 0
+if KEYS[7] then
+    local app = tg_app_of(KEYS[1])
+    if b.debt > 0 then
+        redis.call('SADD', KEYS[7], app)
+    end
+    local seen = tonumber(redis.call('ZSCORE', KEYS[6], app))
+    if seen and seen < now_s - reap_after and b.debt <= 0 and corrected == 0
+            and (tonumber(p[1]) or 0) == 0 and (tonumber(p[2]) or 0) == 0
+            and redis.call('ZCARD', KEYS[3]) == 0 then
+        redis.call('ZREM', KEYS[6], app)
+        deactivated = 1
+    end
+end
 local ppm = math.floor(drift * 1000000)
-return { ppm, corrected, reaped, reaped_tokens, granted, imbalance, b.paid }
+return { ppm, corrected, reaped, reaped_tokens, granted, imbalance, b.paid, deactivated }

@@ -1,5 +1,7 @@
 -- l3_report: a node's consumption report for one app, applied at most once per (node, seq).
 -- KEYS[1] l2 hash  KEYS[2] leases hash  KEYS[3] stats hash  KEYS[4] nodes zset
+-- KEYS[5] the cluster's active zset, KEYS[6] its totals hash (both optional: the app is marked
+-- active, and the cluster's total_consumed / total_requests grow with the app's)
 -- ARGV[1] node_id  ARGV[2] seq  ARGV[3] consumed  ARGV[4] requests  ARGV[5] returned
 -- ARGV[6] held (tokens the node still holds, minus its local debt)
 -- ARGV[7] fail_open (optional: cost admitted from the local fail-open budget while Redis was
@@ -39,6 +41,16 @@ if out ~= 0 then
     redis.call('HINCRBY', KEYS[1], 'outstanding', out)
 end
 redis.call('ZADD', KEYS[4], now_s, node)
+if KEYS[5] then
+    redis.call('ZADD', KEYS[5], now_s, tg_app_of(KEYS[1]))
+end
+local totals = KEYS[6]
+if totals and (consumed + fail_open ~= 0) then
+    redis.call('HINCRBY', totals, 'total_consumed', consumed + fail_open)
+end
+if totals and requests ~= 0 then
+    redis.call('HINCRBY', totals, 'total_requests', requests)
+end
 if consumed ~= 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':consumed', consumed)
     redis.call('HINCRBY', KEYS[3], 'total_consumed', consumed)

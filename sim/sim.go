@@ -609,7 +609,7 @@ func (s *Sim) reconcile() error {
 	calls := make([]call, 0, len(s.apps))
 	for _, a := range s.apps {
 		k := []string{keys.L2(cluster, a.id), keys.Leases(cluster, a.id), keys.Nodes(cluster, a.id),
-			keys.Stats(cluster, a.id), keys.L1(cluster)}
+			keys.Stats(cluster, a.id), keys.L1(cluster), keys.Active(cluster), keys.Debtors(cluster)}
 		calls = append(calls, call{name: "l2_reconcile", keys: k,
 			args: []any{s.cfg.Tolerance, int64(s.cfg.ReapAfter / time.Second), at},
 			done: func(res []any, err error) {
@@ -623,7 +623,17 @@ func (s *Sim) reconcile() error {
 	if err := s.exec(calls); err != nil {
 		return err
 	}
-	r, err := s.led.ReconcileCluster(s.ctx, cluster, s.ids)
+	// the L1 check as the job runs it: the allocation set's sums (one page: the simulator's
+	// apps fit the job's sweep page, so each of its ticks is a whole cycle), then l1_correct
+	revs, err := s.led.ReadRevs(s.ctx, cluster)
+	if err != nil {
+		return err
+	}
+	sums, err := s.led.TallyL1(s.ctx, cluster, s.ids)
+	if err != nil {
+		return err
+	}
+	r, err := s.led.CorrectL1(s.ctx, cluster, revs, sums)
 	if err != nil {
 		return err
 	}
@@ -638,10 +648,11 @@ func (s *Sim) reconcile() error {
 // emergency, as the emergency job does.
 func (s *Sim) measureUsage() error {
 	at := s.now + s.dt
-	total, err := s.led.Consumed(s.ctx, cluster, s.ids)
+	t, err := s.led.ClusterTotals(s.ctx, cluster) // kept by l3_report, as the usage job reads it
 	if err != nil {
 		return err
 	}
+	total := t.Consumed
 	dt := float64(at-s.usage.at) / 1e6
 	u := float64(total-s.usage.consumed) / dt / float64(s.cfg.Capacity)
 	s.usage.consumed, s.usage.at = total, at

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"tollgate/internal/keys"
 	"tollgate/internal/ledger"
 	"tollgate/internal/store"
 )
@@ -35,12 +36,28 @@ func TestBorrowingThroughTheGateway(t *testing.T) {
 	if l1 := s.l1("default"); l1["available"] != l1Before["available"]-l2["borrowed"] {
 		t.Fatalf("L1 available %v, want %v - %v borrowed", l1["available"], l1Before["available"], l2["borrowed"])
 	}
+	// the gateways' scripts kept the cluster's indexes: the app is active and a debtor, and the
+	// cluster's totals count what its nodes reported (the jobs read these, not every app)
+	ctx := context.Background()
+	if _, err := s.rdb.ZScore(ctx, keys.Active("default"), "borrower").Result(); err != nil {
+		t.Fatalf("the app is not in the cluster's active set: %v", err)
+	}
+	if ok, _ := s.rdb.SIsMember(ctx, keys.Debtors("default"), "borrower").Result(); !ok {
+		t.Fatal("the borrowing app is not in the cluster's debtors set")
+	}
+	eventually(t, "the cluster's totals count the reported requests", func() bool {
+		n, _ := s.rdb.HGet(ctx, keys.Totals("default"), "total_requests").Int64()
+		return float64(n) >= admitted
+	})
 	// the control plane's debt job: refill idle apps so that overflow repays the debt
 	led := ledger.New(s.rdb, s.scripts)
 	eventually(t, "debt repaid", func() bool {
 		r, err := led.Refill(context.Background(), "default", "borrower", 0)
 		return err == nil && r.Debt == 0 && r.Borrowed == 0
 	})
+	if ok, _ := s.rdb.SIsMember(ctx, keys.Debtors("default"), "borrower").Result(); ok {
+		t.Fatal("the repaid app is still in the debtors set")
+	}
 	if l1 := s.l1("default"); l1["available"] != l1Before["available"] || l1["borrowed"] != 0 {
 		t.Fatalf("after repayment L1 available %v borrowed %v, want %v and 0", l1["available"], l1["borrowed"],
 			l1Before["available"])

@@ -31,6 +31,19 @@ func Stats(cluster, app string) string { return rlPrefix + tag(cluster) + ":stat
 // Nodes is the sorted set node -> last contact (Unix seconds) of an app.
 func Nodes(cluster, app string) string { return rlPrefix + tag(cluster) + ":nodes:" + app }
 
+// Active is the sorted set app -> last grant or report (Unix seconds) of a cluster: the apps
+// gateways used lately, marked by l2_grant and l3_report and dropped by l2_reconcile once idle
+// with nothing left to reconcile. The periodic jobs and the live collector visit these apps.
+func Active(cluster string) string { return rlPrefix + tag(cluster) + ":active" }
+
+// Debtors is the set of a cluster's apps in debt: added by the borrowing l2_grant (and by
+// l2_reconcile on finding debt), removed by l2_refill once the debt is repaid.
+func Debtors(cluster string) string { return rlPrefix + tag(cluster) + ":debtors" }
+
+// Totals is the hash of a cluster's cumulative reported consumption (total_consumed,
+// total_requests), kept by l3_report next to the apps' stats hashes.
+func Totals(cluster string) string { return rlPrefix + tag(cluster) + ":totals" }
+
 // EmergencyHistory is the stream of a cluster's emergency activations and deactivations.
 func EmergencyHistory(cluster string) string { return rlPrefix + tag(cluster) + ":emergency:history" }
 
@@ -69,8 +82,8 @@ func ConfigVersion() string { return rlPrefix + "config:version" }
 func ConfigEpoch() string { return rlPrefix + "config:epoch" }
 
 // ConfigChanges is the change log: a sorted set scored by config version whose members are
-// "<version> <kind> <id>" (kind app: one app's entry of the apps index changed; kind all: anything
-// else, a gateway reloads everything). Gateways read it from the version they hold (no hash tag).
+// "<version> <kind> <id>", one or more per version (kinds: internal/store/changes.go; all: a
+// gateway reloads everything). Gateways read it from the version they hold (no hash tag).
 func ConfigChanges() string { return rlPrefix + "config:changes" }
 
 // ConfigChannel is the pub/sub channel announcing a new config version.

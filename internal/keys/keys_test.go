@@ -21,6 +21,9 @@ func builders() map[string]builder {
 	return map[string]builder{
 		"l1":                {1, func(a []string) string { return L1(a[0]) }},
 		"l1_apps":           {1, func(a []string) string { return L1Apps(a[0]) }},
+		"active":            {1, func(a []string) string { return Active(a[0]) }},
+		"debtors":           {1, func(a []string) string { return Debtors(a[0]) }},
+		"totals":            {1, func(a []string) string { return Totals(a[0]) }},
 		"l2":                {2, func(a []string) string { return L2(a[0], a[1]) }},
 		"leases":            {2, func(a []string) string { return Leases(a[0], a[1]) }},
 		"stats":             {2, func(a []string) string { return Stats(a[0], a[1]) }},

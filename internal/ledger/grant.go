@@ -39,7 +39,8 @@ func (l *Ledger) Grant(ctx context.Context, cluster, app, node string, requested
 // GrantCall is the keys and arguments of l2_grant (for callers that pipeline it; ids must be
 // valid).
 func GrantCall(cluster, app, node string, requested, min, nowUS int64) ([]string, []any) {
-	return []string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Nodes(cluster, app), keys.L1(cluster)},
+	return []string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Nodes(cluster, app), keys.L1(cluster),
+			keys.Active(cluster), keys.Debtors(cluster)},
 		[]any{node, requested, min, nowArg(nowUS)}
 }
 
@@ -92,7 +93,8 @@ func (l *Ledger) Report(ctx context.Context, cluster, app, node string, r Report
 // ReportCall is the keys and arguments of l3_report (for callers that pipeline it; ids must be
 // valid).
 func ReportCall(cluster, app, node string, r Report, nowUS int64) ([]string, []any) {
-	return []string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Stats(cluster, app), keys.Nodes(cluster, app)},
+	return []string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Stats(cluster, app), keys.Nodes(cluster, app),
+			keys.Active(cluster), keys.Totals(cluster)},
 		[]any{node, r.Seq, r.Consumed, r.Requests, r.Returned, r.Held, r.FailOpen, nowArg(nowUS)}
 }
 
@@ -105,12 +107,14 @@ type Refill struct {
 	PrincipalPaid int64 // the part of it that returned to L1 available
 }
 
-// Refill refills an app's bucket now and pays debt with what would overflow its burst.
+// Refill refills an app's bucket now and pays debt with what would overflow its burst; a repaid
+// app leaves the cluster's debtors set.
 func (l *Ledger) Refill(ctx context.Context, cluster, app string, nowUS int64) (Refill, error) {
 	if err := checkIDs(cluster, app); err != nil {
 		return Refill{}, err
 	}
-	res, err := l.slice(ctx, "l2_refill", []string{keys.L2(cluster, app), keys.L1(cluster)}, nowArg(nowUS))
+	res, err := l.slice(ctx, "l2_refill", []string{keys.L2(cluster, app), keys.L1(cluster), keys.Debtors(cluster)},
+		nowArg(nowUS))
 	if err != nil {
 		return Refill{}, err
 	}

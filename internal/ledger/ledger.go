@@ -39,10 +39,13 @@ type Runner interface {
 	Run(ctx context.Context, rdb redis.Scripter, name string, keys []string, args ...any) *redis.Cmd
 }
 
-// Redis is what the ledger needs of a client: scripts and hash/stream reads.
+// Redis is what the ledger needs of a client: scripts and hash, set and stream reads.
 type Redis interface {
 	redis.Scripter
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
+	ZRange(ctx context.Context, key string, start, stop int64) *redis.StringSliceCmd
+	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
 	XRevRangeN(ctx context.Context, stream, start, stop string, count int64) *redis.XMessageSliceCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }

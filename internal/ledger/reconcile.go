@@ -18,13 +18,14 @@ type AppReconcile struct {
 	Granted      int64 // granted over the window
 	Imbalance    int64 // granted - (consumed + returned + held + unreported), before correction
 	Paid         int64 // debt paid by the refill
+	Deactivated  bool  // the app left the cluster's active set (idle, nothing left to reconcile)
 }
 
 // Drift is DriftPPM as a fraction.
 func (r AppReconcile) Drift() float64 { return float64(r.DriftPPM) / 1e6 }
 
-// ReconcileApp reaps stale leases, measures drift, corrects it above tolerance, refills and
-// starts a new window (see redis-scripts/l2_reconcile.lua).
+// ReconcileApp reaps stale leases, measures drift, corrects it above tolerance, refills, starts a
+// new window and keeps the cluster's active and debtors sets (see redis-scripts/l2_reconcile.lua).
 func (l *Ledger) ReconcileApp(ctx context.Context, cluster, app string, tolerance float64,
 	reapAfter time.Duration, nowUS int64) (AppReconcile, error) {
 	if err := checkIDs(cluster, app); err != nil {
@@ -36,12 +37,12 @@ func (l *Ledger) ReconcileApp(ctx context.Context, cluster, app string, toleranc
 	}
 	res, err := l.slice(ctx, "l2_reconcile",
 		[]string{keys.L2(cluster, app), keys.Leases(cluster, app), keys.Nodes(cluster, app),
-			keys.Stats(cluster, app), keys.L1(cluster)},
+			keys.Stats(cluster, app), keys.L1(cluster), keys.Active(cluster), keys.Debtors(cluster)},
 		strconv.FormatFloat(tolerance, 'f', -1, 64), secs, nowArg(nowUS))
 	if err != nil {
 		return AppReconcile{}, err
 	}
-	v, status, err := ints(res, 7)
+	v, status, err := ints(res, 8)
 	if err != nil {
 		return AppReconcile{}, fmt.Errorf("ledger: l2_reconcile: %w", err)
 	}
@@ -49,7 +50,7 @@ func (l *Ledger) ReconcileApp(ctx context.Context, cluster, app string, toleranc
 		return AppReconcile{}, fmt.Errorf("ledger: reconcile %s: %w", app, ErrUnknownApp)
 	}
 	return AppReconcile{DriftPPM: v[0], Corrected: v[1] == 1, ReapedNodes: v[2],
-		ReapedTokens: v[3], Granted: v[4], Imbalance: v[5], Paid: v[6]}, nil
+		ReapedTokens: v[3], Granted: v[4], Imbalance: v[5], Paid: v[6], Deactivated: v[7] == 1}, nil
 }
 
 // ClusterReconcile is the reply of l1_reconcile: the L1 values after and before.

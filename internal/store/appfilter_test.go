@@ -225,6 +225,14 @@ func TestReleaseAppSubtractsItsShare(t *testing.T) {
 	rdb.HSet(ctx(t), keys.L2("c1", "r1"), "borrowed", 30, "debt", 30)
 	rdb.HIncrBy(ctx(t), keys.L1("c1"), "borrowed", 30)
 	rdb.HIncrBy(ctx(t), keys.L1("c1"), "available", -30)
+	// r1 had traffic and owes: it is in the reconcile job's active set and among the debtors
+	rdb.ZAdd(ctx(t), keys.Active("c1"), redis.Z{Score: 1, Member: "r1"})
+	rdb.SAdd(ctx(t), keys.Debtors("c1"), "r1")
+	revs := func() string {
+		v, _ := rdb.HMGet(ctx(t), keys.L1("c1"), "alloc_rev", "borrow_rev").Result()
+		return fmt.Sprint(v)
+	}
+	before := revs()
 	alloc, err := s.ReleaseApp(ctx(t), "c1", "r1")
 	if err != nil || alloc != (Allocation{Allocated: 500, Available: 9500}) {
 		t.Fatalf("release r1: %+v %v", alloc, err)
@@ -238,6 +246,16 @@ func TestReleaseAppSubtractsItsShare(t *testing.T) {
 	}
 	if _, err := rdb.ZScore(ctx(t), keys.L1Apps("c1"), "r1").Result(); err != redis.Nil {
 		t.Fatalf("allocation of the released app kept: %v", err)
+	}
+	// a chunked L1 check that tallied r1 before the removal must not correct from that tally
+	if after := revs(); after == before {
+		t.Fatalf("alloc_rev/borrow_rev did not move with the sums: %s", after)
+	}
+	if _, err := rdb.ZScore(ctx(t), keys.Active("c1"), "r1").Result(); err != redis.Nil {
+		t.Fatalf("released app still in the active set: %v", err)
+	}
+	if in, _ := rdb.SIsMember(ctx(t), keys.Debtors("c1"), "r1").Result(); in {
+		t.Fatal("released app still among the debtors")
 	}
 	if alloc, err := s.ReleaseApp(ctx(t), "c1", "r1"); err != nil || alloc.Allocated != 500 {
 		t.Fatalf("second release: %+v %v", alloc, err)

@@ -249,7 +249,8 @@ func (s *Store) ReleaseApp(ctx context.Context, cluster, id string) (Allocation,
 		return Allocation{}, invalidID("app", id)
 	}
 	res, err := s.scripts.Run(ctx, s.rdb, "app_remove",
-		[]string{keys.L1(cluster), keys.L1Apps(cluster), keys.L2(cluster, id)}, id).Int64Slice()
+		[]string{keys.L1(cluster), keys.L1Apps(cluster), keys.L2(cluster, id),
+			keys.Active(cluster), keys.Debtors(cluster)}, id).Int64Slice()
 	if err != nil {
 		return Allocation{}, fmt.Errorf("store: release app %s: %w", id, classifyScriptError(err))
 	}

@@ -88,7 +88,7 @@ func (s *Store) PutCluster(ctx context.Context, c Cluster) (Allocation, error) {
 		}
 		return nil
 	}
-	if _, err := s.bumpVersion(ctx, index); err != nil {
+	if _, err := s.bumpVersion(WithChange(ctx, ChangeCluster, c.ID), index); err != nil {
 		return Allocation{}, fmt.Errorf("store: put cluster %s: %w", c.ID, err)
 	}
 	return Allocation{Allocated: res[1], Available: res[2]}, nil

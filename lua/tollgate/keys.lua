@@ -15,6 +15,9 @@ function _M.l2(c, a) return "ratelimit:{" .. c .. "}:l2:" .. a end
 function _M.leases(c, a) return "ratelimit:{" .. c .. "}:leases:" .. a end
 function _M.stats(c, a) return "ratelimit:{" .. c .. "}:stats:" .. a end
 function _M.nodes(c, a) return "ratelimit:{" .. c .. "}:nodes:" .. a end
+function _M.active(c) return "ratelimit:{" .. c .. "}:active" end
+function _M.debtors(c) return "ratelimit:{" .. c .. "}:debtors" end
+function _M.totals(c) return "ratelimit:{" .. c .. "}:totals" end
 function _M.conn_config(c, a) return "connlimit:{" .. c .. "}:config:" .. a end
 function _M.conn_cluster(c) return "connlimit:{" .. c .. "}:cluster" end
 function _M.conn_node_stats(c, a, node)

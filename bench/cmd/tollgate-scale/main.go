@@ -6,6 +6,8 @@
 //   - the store: apps created per second (bulk creation through PutApp);
 //   - a fresh node: time from start to a loaded config, and how many of a random sample of apps
 //     it knows (not 403 unknown_app);
+//   - a full load under traffic: wrk on one app while the node loads every app again (a change
+//     logged as "all"): req/s, p99, and the load's time;
 //   - the request path: wrk on one app (req/s, p99, refused requests, fail-open admissions);
 //   - propagation: API 2xx of an app change → the node enforces it (p50, max of -changes);
 //   - memory: nginx worker private memory, control plane RSS, Redis used_memory;
@@ -68,6 +70,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.sample, "sample", 200, "random apps probed on the node")
 	fs.DurationVar(&o.apiPhase, "api", 5*time.Second, "duration of each API phase (0 skips them)")
 	fs.DurationVar(&o.ready, "ready", 5*time.Minute, "longest wait for a node to load its config")
+	fs.IntVar(&o.rounds, "rounds", 3, "wrk runs on one app (the table shows their medians)")
+	fs.IntVar(&o.active, "active", 1000, "apps given traffic to measure the per-active-app shared dicts")
+	fs.BoolVar(&o.hold, "hold", false, "after measuring the last -apps, keep its stack running until Ctrl-C (to inspect it)")
+	fs.StringVar(&o.configDict, "config-dict", "auto", "size of the node's config_dict (auto: docs/scale.md's rule for N apps)")
 	out := fs.String("out", filepath.Join(repo, "bench", "results", "scale.md"), "Markdown output")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -79,10 +85,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		o.counts = append(o.counts, n)
 	}
+	if o.rounds < 1 || o.duration < time.Second {
+		return fmt.Errorf("-rounds (%d) must be ≥ 1 and -duration (%s) ≥ 1s", o.rounds, o.duration)
+	}
 	o.progress = stderr
 	var rows []row
-	for _, n := range o.counts {
-		r, err := measure(ctx, o, n)
+	for i, n := range o.counts {
+		oi := o
+		oi.hold = o.hold && i == len(o.counts)-1
+		r, err := measure(ctx, oi, n)
 		if err != nil {
 			return fmt.Errorf("%d apps: %w", n, err)
 		}
@@ -111,6 +122,10 @@ type options struct {
 	sample      int
 	apiPhase    time.Duration
 	ready       time.Duration
+	hold        bool
+	active      int
+	rounds      int
+	configDict  string
 	progress    io.Writer
 }
 

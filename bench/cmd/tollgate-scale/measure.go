@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,12 @@ type row struct {
 	listP99      time.Duration
 	listErrors   int64
 	zoneFullWarn bool // the node's error.log says a shared dict was full
+	zones        zoneUse
+	configDict   string
+	reloadTime   time.Duration // a full load (change logged as all) → the node on its version
+	reloadRPS    float64       // wrk on one app while the node loads everything
+	reloadP99    time.Duration
+	reloadBad    int64
 }
 
 const (
@@ -56,7 +63,17 @@ const (
 	propTimeout = 30 * time.Second
 	adminPass   = "scale-bench-password-1"
 	idleWindow  = 5 * time.Second
+	warmup      = 2 * time.Second
 )
+
+// median of xs (the lower middle one of an even count); xs is sorted in place.
+func median[T int64 | float64 | time.Duration](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	return xs[(len(xs)-1)/2]
+}
 
 func appID(i int) string { return fmt.Sprintf("app-%06d", i) }
 
@@ -96,12 +113,17 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 	}
 	defer cp.stop()
 
-	o.logf("%d apps: a fresh gateway node loads them", n)
+	r.configDict = o.configDict
+	if r.configDict == "auto" {
+		r.configDict = fmt.Sprintf("%dm", configDictSize(n))
+	}
+	o.logf("%d apps: a fresh gateway node loads them (config_dict %s)", n, r.configDict)
 	start := time.Now()
 	node, err := nginxenv.Start(ctx, nginxenv.Options{
 		Variant: nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease},
 		Repo:    o.repo, Prefix: filepath.Join(dir, "gateway"), Workers: o.workers,
 		RedisURL: rs.URL(), NodeID: "scale-1", AppID: benchApp, ReadyTimeout: o.ready,
+		Zones: map[string]string{"config_dict": r.configDict},
 	})
 	if err != nil {
 		return r, err
@@ -115,15 +137,32 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 	o.logf("%d apps: idle CPU over %s", n, idleWindow)
 	r.idleNginx, r.idleRedis, r.idleCP = idleCPU(node.PID(), rs.PID(), cp.pid())
 
-	o.logf("%d apps: wrk on one app for %s", n, o.duration)
+	o.logf("%d apps: wrk on one app: warm-up %s, then %d runs of %s", n, warmup, o.rounds, o.duration)
 	fo0 := scrape(ctx, node.MetricsURL, "ratelimit_fail_open_total")
-	res, err := wrk.Run(ctx, wrk.Options{Threads: 1, Connections: o.connections, Duration: o.duration,
-		Headers: []string{nginxenv.AppHeader + ": " + benchApp}, URL: node.URL()})
-	if err != nil {
+	wopts := wrk.Options{Threads: 1, Connections: o.connections, Duration: warmup,
+		Headers: []string{nginxenv.AppHeader + ": " + benchApp}, URL: node.URL()}
+	if _, err := wrk.Run(ctx, wopts); err != nil {
 		return r, err
 	}
-	r.reqPerSec, r.p99, r.refused = res.ReqPerSec, res.P99, res.Non2xx
+	wopts.Duration = o.duration
+	var rates []float64
+	var p99s []time.Duration
+	for i := 0; i < o.rounds; i++ {
+		res, err := wrk.Run(ctx, wopts)
+		if err != nil {
+			return r, err
+		}
+		rates, p99s = append(rates, res.ReqPerSec), append(p99s, res.P99)
+		r.refused += res.Non2xx
+		o.logf("%d apps: run %d: %.0f req/s, p99 %s, %d non-2xx", n, i+1, res.ReqPerSec, dur(res.P99), res.Non2xx)
+	}
+	r.reqPerSec, r.p99 = median(rates), median(p99s)
 	r.failOpen = scrape(ctx, node.MetricsURL, "ratelimit_fail_open_total") - fo0
+
+	o.logf("%d apps: wrk on one app for %s while the node loads every app again", n, o.duration)
+	if err := fullLoadUnderTraffic(ctx, o, &r, rdb, node); err != nil {
+		return r, err
+	}
 
 	o.logf("%d apps: %d changes through the API, timed until the node enforces them", n, o.changes)
 	api := apiload.New(cp.base, o.writers)
@@ -146,11 +185,19 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 		r.listP50, r.listP99, r.listErrors = lr.P50, lr.P99, int64(lr.Errors)
 	}
 
+	o.logf("%d apps: shared-dict use against the documented budgets", n)
+	r.zones = measureZones(ctx, o, node, n, min(n-1, o.active))
+
 	r.workerMem = maxWorkerPrivate(node.PID())
 	r.cpRSS = rss(cp.pid())
 	r.redisMem = redisUsedMemory(ctx, rdb)
 	r.zoneFullWarn = zoneFull(node.ErrorLog())
 	o.logf("%d apps: done", n)
+	if o.hold {
+		o.logf("holding (Ctrl-C ends): redis %s pid %d, control plane %s pid %d (admin / %s), gateway %s metrics %s nginx pid %d, prefix %s",
+			rs.Addr(), rs.PID(), cp.base, cp.pid(), adminPass, node.BaseURL, node.MetricsURL, node.PID(), dir)
+		<-ctx.Done()
+	}
 	return r, nil
 }
 
@@ -276,4 +323,44 @@ func propagation(ctx context.Context, api *apiload.Client, node *nginxenv.Node, 
 	}
 	q := apiload.Quantiles(took)
 	return q(0.5), q(1), lost
+}
+
+// fullLoadUnderTraffic runs wrk on the bench app for o.duration and, one second in, announces a
+// change logged as "all" (every node loads everything again); it records wrk's figures and the
+// time from the announcement to the node on the new version.
+func fullLoadUnderTraffic(ctx context.Context, o options, r *row, rdb *redis.Client, node *nginxenv.Node) error {
+	set, err := scripts.New()
+	if err != nil {
+		return err
+	}
+	st := store.New(rdb, set)
+	type result struct {
+		res wrk.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := wrk.Run(ctx, wrk.Options{Threads: 1, Connections: o.connections, Duration: o.duration,
+			Headers: []string{nginxenv.AppHeader + ": " + benchApp}, URL: node.URL()})
+		done <- result{res, err}
+	}()
+	time.Sleep(time.Second)
+	loads := scrape(ctx, node.MetricsURL, "ratelimit_config_full_loads_total")
+	t0 := time.Now()
+	if _, err := st.Bump(ctx, nil); err != nil { // logged as "all"
+		return err
+	}
+	for time.Since(t0) < propTimeout {
+		if scrape(ctx, node.MetricsURL, "ratelimit_config_full_loads_total") > loads {
+			r.reloadTime = time.Since(t0)
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res := <-done
+	if res.err != nil {
+		return res.err
+	}
+	r.reloadRPS, r.reloadP99, r.reloadBad = res.res.ReqPerSec, res.res.P99, res.res.Non2xx
+	return nil
 }

@@ -12,8 +12,8 @@ func render(o options, rows []row) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# tollgate-scale — %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "One gateway node (%d workers), the control plane binary and redis-server on %d CPUs; "+
-		"wrk -t1 -c%d for %s on one app; %d API clients; %d changes timed; %d random apps probed.\n\n",
-		o.workers, runtime.NumCPU(), o.connections, o.duration, o.writers, o.changes, o.sample)
+		"wrk -t1 -c%d on one app (%s warm-up, then runs of %s); %d API clients; %d changes timed; %d random apps probed.\n\n",
+		o.workers, runtime.NumCPU(), o.connections, warmup, o.duration, o.writers, o.changes, o.sample)
 	head := []string{"configured apps"}
 	for _, r := range rows {
 		head = append(head, fmt.Sprintf("%d", r.apps))
@@ -30,17 +30,28 @@ func render(o options, rows []row) string {
 	}
 	line("apps created per second (store, 16 writers)", func(r row) string { return fmt.Sprintf("%.0f", r.createRate) })
 	line("fresh node: start → config loaded", func(r row) string { return dur(r.loadTime) })
+	line("config_dict", func(r row) string { return r.configDict })
+	line("full load under traffic: announcement → loaded", func(r row) string { return dur(r.reloadTime) })
+	line("req/s, p99 on one app during that load (non-2xx)", func(r row) string {
+		return fmt.Sprintf("%.0f, %s (%d)", r.reloadRPS, dur(r.reloadP99), r.reloadBad)
+	})
 	line("apps the node knows (of a random sample)", func(r row) string {
 		return fmt.Sprintf("%d / %d", r.known, r.sample)
 	})
-	line("gateway req/s on one app", func(r row) string { return fmt.Sprintf("%.0f", r.reqPerSec) })
-	line("gateway p99", func(r row) string { return dur(r.p99) })
+	first := rows[0]
+	line(fmt.Sprintf("gateway req/s on one app (median of %d runs; vs %d apps)", o.rounds, first.apps), func(r row) string {
+		return fmt.Sprintf("%.0f (%+.1f %%)", r.reqPerSec, pct(r.reqPerSec, first.reqPerSec))
+	})
+	line(fmt.Sprintf("gateway p99 (median of %d runs; vs %d apps)", o.rounds, first.apps), func(r row) string {
+		return fmt.Sprintf("%s (%+.1f %%)", dur(r.p99), pct(float64(r.p99), float64(first.p99)))
+	})
 	line("refused (non-2xx) during the run", func(r row) string { return fmt.Sprintf("%d", r.refused) })
 	line("fail-open admissions during the run", func(r row) string { return fmt.Sprintf("%.0f", r.failOpen) })
 	line("API 2xx → enforced on the node, p50", func(r row) string { return dur(r.propP50) })
 	line("API 2xx → enforced on the node, max", func(r row) string { return dur(r.propMax) })
 	line("changes not enforced within 30 s", func(r row) string { return fmt.Sprintf("%d", r.propLost) })
 	line("nginx worker private memory (max)", func(r row) string { return mib(r.workerMem) })
+	zoneRows(line)
 	line("a shared dict ran full (error.log)", func(r row) string { return fmt.Sprintf("%t", r.zoneFullWarn) })
 	line("control plane RSS (after the API phases)", func(r row) string { return mib(r.cpRSS) })
 	line("Redis used_memory", func(r row) string { return mib(r.redisMem) })
@@ -67,6 +78,13 @@ func dur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
+}
+
+func pct(v, base float64) float64 {
+	if base == 0 {
+		return 0
+	}
+	return 100 * (v - base) / base
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }

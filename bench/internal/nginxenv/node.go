@@ -37,6 +37,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for a loaded config and a proxied request (default 15 s;
 	// the scale benchmark's nodes load 100,000 apps)
 	ReadyTimeout time.Duration
+	// Zones sizes shared dicts of a tollgate variant (zone → nginx size, e.g. "config_dict":
+	// "64m"); the others keep nginx/tollgate_http.conf's sizes
+	Zones map[string]string
 }
 
 // Node is one running nginx.
@@ -75,6 +78,11 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if o.Variant.Tollgate() {
+		if err := sizeZones(o.Prefix, o.Repo, conf, o.Zones); err != nil {
+			return nil, err
+		}
 	}
 	cmd := exec.Command("nginx", "-p", o.Prefix, "-c", conf)
 	cmd.Env = os.Environ()

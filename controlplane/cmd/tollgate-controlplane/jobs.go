@@ -36,11 +36,12 @@ func startJobs(ctx context.Context, log *slog.Logger, cfg config.Jobs, rdb redis
 	}
 	r := jobs.New(el, log,
 		jobs.Scheduled{Every: cfg.ReconcileEvery, Job: reconcile.New(st, led,
-			reconcile.Options{Tolerance: cfg.DriftTolerance, ReapAfter: cfg.ReapAfter, Logger: log})},
-		jobs.Scheduled{Every: cfg.UsageEvery, Job: emergency.NewJob(st, led, usage.NewMeter(st, led, nil),
+			reconcile.Options{Tolerance: cfg.DriftTolerance, ReapAfter: cfg.ReapAfter,
+				SweepPerTick: cfg.ReconcileSweep, Logger: log})},
+		jobs.Scheduled{Every: cfg.UsageEvery, Job: emergency.NewJob(st, led, usage.NewMeter(led, nil),
 			emergency.NewManager(led, log),
 			emergency.Options{Threshold: cfg.EmergencyThreshold, Duration: cfg.EmergencyDuration})},
-		jobs.Scheduled{Every: cfg.UsageEvery, Job: overload.New(st, led, usage.NewMeter(st, led, nil),
+		jobs.Scheduled{Every: cfg.UsageEvery, Job: overload.New(st, led, usage.NewMeter(led, nil),
 			3*cfg.UsageEvery, log)},
 		jobs.Scheduled{Every: cfg.DebtEvery, Job: debt.New(st, led, log)},
 	)

@@ -17,7 +17,8 @@ import (
 	"tollgate/internal/testutil"
 )
 
-// report writes what gateways write: the registry, stats, leases and connection statistics.
+// report writes what gateways write: the registry, stats, leases, the cluster's active set and
+// connection statistics.
 func (f *fixture) report(t *testing.T, now time.Time) {
 	t.Helper()
 	ctx := context.Background()
@@ -39,6 +40,7 @@ func (f *fixture) report(t *testing.T, now time.Time) {
 	must(f.rdb.HSet(ctx, keys.Leases("default", "demo-p1"), "gw-1:granted", 900, "gw-1:held", 300,
 		"gw-2:held", 50).Err())
 	must(f.rdb.ZAdd(ctx, keys.Nodes("default", "demo-p1"), redisZ(now, "gw-1"), redisZ(now, "gw-2")).Err())
+	must(f.rdb.ZAdd(ctx, keys.Active("default"), redisZ(now, "demo-p1")).Err()) // as l2_grant and l3_report mark it
 	must(f.rdb.HSet(ctx, keys.ConnNodeStats("default", "demo-p1", "gw-1"), "current", 7, "peak", 9, "rejected", 3).Err())
 	must(f.rdb.HSet(ctx, keys.ConnNodeStats("default", "demo-p1", "gw-2"), "current", 1, "peak", 2, "rejected", 0).Err())
 }
@@ -67,6 +69,12 @@ func TestClusterViewFromGatewayReports(t *testing.T) {
 			if res.get("data", "app", "l3_tokens") != 350.0 || res.get("data", "app", "connections_rejected") != 3.0 ||
 				res.get("data", "app", "drift_ppm") != 80000.0 {
 				t.Fatalf("app metrics %s", res.raw)
+			}
+		}},
+		{"idle app", "GET", "/api/v1/metrics/apps/demo-p2", nil, 200, "", func(t *testing.T, res result) {
+			// not in the active set: outside the snapshot, read on demand
+			if res.get("data", "app", "app_id") != "demo-p2" || res.get("data", "app", "l2_tokens") == 0.0 {
+				t.Fatalf("idle app metrics %s", res.raw)
 			}
 		}},
 		{"unknown app", "GET", "/api/v1/metrics/apps/nope", nil, 404, "not_found", nil},

@@ -207,7 +207,7 @@ func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) 
 	}
 	c := cur.ClusterID
 	// the app, then its access keys and buckets, leave in one config version
-	v, err := s.o.Store.Bump(ctx, func(ctx context.Context) error {
+	v, err := s.o.Store.Bump(store.WithChange(ctx, store.ChangeApp, id), func(ctx context.Context) error {
 		if err := s.o.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}

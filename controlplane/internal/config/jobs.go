@@ -19,6 +19,7 @@ const (
 	EnvEmergencyThreshold = "TOLLGATE_CP_EMERGENCY_THRESHOLD" // usage share that activates emergency mode (0.95; > 0 and <= 10)
 	EnvEmergencyDuration  = "TOLLGATE_CP_EMERGENCY_DURATION"  // length of an emergency (300s; 1s to 24h, whole seconds)
 	EnvDebtEvery          = "TOLLGATE_CP_DEBT_INTERVAL"       // debt repayment interval (10s; 10ms to 24h)
+	EnvReconcileSweep     = "TOLLGATE_CP_RECONCILE_SWEEP"     // apps per cluster and reconcile tick besides the active ones: every app is visited once per apps/sweep ticks (2000; 1 to 1000000)
 )
 
 // Jobs configures the periodic jobs.
@@ -32,13 +33,15 @@ type Jobs struct {
 	EmergencyThreshold float64
 	EmergencyDuration  time.Duration
 	DebtEvery          time.Duration
+	ReconcileSweep     int
 }
 
 // DefaultJobs are the job settings without environment overrides.
 func DefaultJobs() Jobs {
 	return Jobs{Enabled: true, LeaderTTL: 10 * time.Second, ReconcileEvery: 60 * time.Second,
 		DriftTolerance: 0.1, ReapAfter: 30 * time.Second, UsageEvery: 5 * time.Second,
-		EmergencyThreshold: 0.95, EmergencyDuration: 300 * time.Second, DebtEvery: 10 * time.Second}
+		EmergencyThreshold: 0.95, EmergencyDuration: 300 * time.Second, DebtEvery: 10 * time.Second,
+		ReconcileSweep: 2000}
 }
 
 // jobsFromEnv reads the job settings over the defaults and returns every error.
@@ -92,6 +95,14 @@ func jobsFromEnv(getenv func(string) string) (Jobs, []error) {
 		}
 		*f.dst = p
 	}
+	if v := strings.TrimSpace(getenv(EnvReconcileSweep)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1_000_000 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a whole number from 1 to 1000000", EnvReconcileSweep, v))
+		} else {
+			j.ReconcileSweep = n
+		}
+	}
 	if j.EmergencyDuration%time.Second != 0 {
 		errs = append(errs, fmt.Errorf("%s=%s: want whole seconds", EnvEmergencyDuration, j.EmergencyDuration))
 	}
@@ -106,5 +117,6 @@ func (j Jobs) LogValue() slog.Value {
 		slog.Duration("reap_after", j.ReapAfter), slog.Duration("usage_every", j.UsageEvery),
 		slog.Float64("emergency_threshold", j.EmergencyThreshold),
 		slog.Duration("emergency_duration", j.EmergencyDuration), slog.Duration("debt_every", j.DebtEvery),
+		slog.Int("reconcile_sweep", j.ReconcileSweep),
 	)
 }

@@ -28,7 +28,7 @@ type Writer struct {
 // apps), then its lease, stats and connection keys.
 func (w Writer) deleteApp(ctx context.Context, a App) error {
 	c, id := a.ClusterID, a.AppID
-	if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
+	if _, err := w.Store.Bump(store.WithChange(ctx, store.ChangeApp, id), func(ctx context.Context) error {
 		if err := w.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}

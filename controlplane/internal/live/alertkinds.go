@@ -32,16 +32,18 @@ func trafficAlerts(s *Snapshot, tr *traffic, set AlertSettings) []Alert {
 		}
 	}
 	blockRate(GlobalResource, "all apps", tr.total)
-	for _, a := range s.Apps {
-		t := tr.apps[a.ID]
-		if t == nil {
-			continue
-		}
-		blockRate(a.ID, "app "+a.ID, t)
+	ids := make([]string, 0, len(tr.apps))
+	for id := range tr.apps {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		t := tr.apps[id]
+		blockRate(id, "app "+id, t)
 		if rate, base, ok := spike(t, now, set); ok {
-			out = append(out, cond("traffic_spike", a.ID, "warning",
+			out = append(out, cond("traffic_spike", id, "warning",
 				"app %s: %.1f requests/s over the last %s, %.1f× its baseline of %.1f/s",
-				a.ID, rate, set.SpikeWindow, rate/base, base))
+				id, rate, set.SpikeWindow, rate/base, base))
 		}
 	}
 	return out

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"tollgate/internal/keys"
 	"tollgate/internal/testutil"
 )
@@ -349,6 +351,10 @@ func TestConnectionsHighRaisedAndResolved(t *testing.T) {
 	stats := func(app, node string, cur int64, seen time.Time) {
 		if err := f.RDB.HSet(f.Ctx, keys.ConnNodeStats("c1", app, node), "current", cur, "peak", cur, "rejected", 0,
 			"last_seen", seen.Unix()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// as the gateway's statistics timer: an app with connections in flight is active
+		if err := f.RDB.ZAdd(f.Ctx, keys.Active("c1"), redis.Z{Score: float64(seen.Unix()), Member: app}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

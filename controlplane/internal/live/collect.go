@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,22 +15,29 @@ import (
 	"tollgate/internal/store"
 )
 
-// Catalog lists the config (implemented by *store.Store).
+// Catalog reads the config (implemented by *store.Store).
 type Catalog interface {
-	ListApps(ctx context.Context) ([]store.App, error)
+	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
+	CountApps(ctx context.Context) (int64, error)
 	ListClusters(ctx context.Context) ([]string, error)
 	ConfigVersion(ctx context.Context) (int64, error)
 }
 
-// L1Reader reads a cluster's L1 hash (implemented by *ledger.Ledger).
+// L1Reader reads a cluster's L1 hash and the indexes the scripts keep per cluster (implemented
+// by *ledger.Ledger).
 type L1Reader interface {
 	ReadL1(ctx context.Context, cluster string) (ledger.L1, error)
+	ActiveApps(ctx context.Context, cluster string) ([]string, error)
+	ClusterTotals(ctx context.Context, cluster string) (ledger.Totals, error)
 }
 
 const scanCount = 200
 
-// collector reads one snapshot from Redis: a handful of round trips whatever the number of
-// apps (one pipeline per stage), HSCAN for the registry, never KEYS.
+// collector reads one snapshot from Redis: a handful of round trips (one pipeline per stage),
+// HSCAN for the registry, never KEYS. Its work is the number of active apps, not the number
+// of apps: per cluster it reads the apps of the cluster's active set (granted, reported or with
+// connections in flight lately; keys.Active) and the cluster's totals hash, which the
+// scripts keep — an idle app costs nothing here and is absent from the snapshot.
 type collector struct {
 	rdb      redis.UniversalClient
 	cat      Catalog
@@ -60,17 +68,55 @@ func (c *collector) collect(ctx context.Context, now time.Time) (*Snapshot, erro
 	if snap.Nodes, err = c.nodes(ctx, now, snap.ConfigVersion); err != nil {
 		return nil, err
 	}
-	apps, err := c.cat.ListApps(ctx)
+	if snap.TotalApps, err = c.cat.CountApps(ctx); err != nil {
+		return nil, err
+	}
+	clusters, err := c.cat.ListClusters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	apps, err := c.activeApps(ctx, clusters)
 	if err != nil {
 		return nil, err
 	}
 	if snap.Apps, err = c.apps(ctx, now, apps, snap.Nodes); err != nil {
 		return nil, err
 	}
-	if snap.Clusters, err = c.clusters(ctx, snap.Apps); err != nil {
+	if snap.Clusters, err = c.clusters(ctx, clusters, snap.Apps); err != nil {
 		return nil, err
 	}
 	return snap, nil
+}
+
+// activeApps returns the configs of the apps of every cluster's active set, sorted by id (an
+// app indexed in a cluster it no longer belongs to is left out).
+func (c *collector) activeApps(ctx context.Context, clusters []string) ([]store.App, error) {
+	var ids []string
+	in := map[string]string{}
+	for _, cl := range clusters {
+		act, err := c.l1.ActiveApps(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range act {
+			if _, dup := in[a]; !dup {
+				in[a] = cl
+				ids = append(ids, a)
+			}
+		}
+	}
+	conf, err := c.cat.GetApps(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.App, 0, len(conf))
+	for _, a := range conf {
+		if in[a.AppID] == a.ClusterID {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AppID < out[j].AppID })
+	return out, nil
 }
 
 func (c *collector) nodes(ctx context.Context, now time.Time, version int64) ([]Node, error) {
@@ -188,13 +234,9 @@ func (c *collector) connections(ctx context.Context, now time.Time, apps []AppSt
 	return nil
 }
 
-func (c *collector) clusters(ctx context.Context, apps []AppState) ([]ClusterState, error) {
-	ids, err := c.cat.ListClusters(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (c *collector) clusters(ctx context.Context, ids []string, apps []AppState) ([]ClusterState, error) {
 	conn := make([]*redis.SliceCmd, len(ids))
-	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			conn[i] = p.HMGet(ctx, keys.ConnCluster(id), "max_connections")
 		}
@@ -221,6 +263,11 @@ func (c *collector) clusters(ctx context.Context, apps []AppState) ([]ClusterSta
 		if v := conn[i].Val(); len(v) == 1 {
 			cs.ConnMax = num(v[0])
 		}
+		t, err := c.l1.ClusterTotals(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		cs.Requests, cs.Cost = t.Requests, t.Consumed
 		perNode := map[string]int64{}
 		for _, a := range apps {
 			if a.Cluster == id {

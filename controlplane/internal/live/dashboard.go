@@ -99,7 +99,7 @@ func buildDashboard(s *Snapshot, h *history, rng string, alerts []Alert, pings [
 		Clusters: s.Clusters, Nodes: s.Nodes, TopApps: []TopApp{}}
 	d.Metrics.RequestRate, d.Metrics.CostRate = h.total.rates(rng)
 	total := h.total.within("1h")
-	d.Overview = Overview{TotalApps: len(s.Apps), TotalRequests1h: total.req, TotalCost1h: total.cost}
+	d.Overview = Overview{TotalApps: int(s.TotalApps), TotalRequests1h: total.req, TotalCost1h: total.cost}
 	var capSum, availSum int64
 	for _, c := range s.Clusters {
 		capSum, availSum = capSum+c.Capacity, availSum+c.Available

@@ -149,16 +149,13 @@ func (h *history) observe(s *Snapshot) {
 	}
 	var req, cost, rej int64
 	seen := make(map[string]bool, len(s.Apps))
-	clusterRate := map[string][2]float64{}
 	for i := range s.Apps {
 		a := &s.Apps[i]
 		if p, ok := prev[a.ID]; ok && dt > 0 {
 			a.RequestRate = float64(inc(p.Requests, a.Requests)) / dt
 			a.CostRate = float64(inc(p.Cost, a.Cost)) / dt
 		}
-		cr := clusterRate[a.Cluster]
-		clusterRate[a.Cluster] = [2]float64{cr[0] + a.RequestRate, cr[1] + a.CostRate}
-		req, cost, rej = req+a.Requests, cost+a.Cost, rej+a.ConnRejected
+		rej += a.ConnRejected
 		p := point{t: s.At.Unix(), req: a.Requests, cost: a.Cost, rej: a.ConnRejected}
 		sr := h.apps[a.ID]
 		switch {
@@ -182,9 +179,21 @@ func (h *history) observe(s *Snapshot) {
 		seen[a.ID] = true
 		sr.add(p)
 	}
+	// the totals and the clusters' rates come from the clusters' totals, which the scripts keep
+	// for every app (the snapshot holds the active apps only)
+	prevCluster := map[string]ClusterState{}
+	if h.prev != nil {
+		for _, c := range h.prev.Clusters {
+			prevCluster[c.ID] = c
+		}
+	}
 	for i := range s.Clusters {
-		cr := clusterRate[s.Clusters[i].ID]
-		s.Clusters[i].RequestRate, s.Clusters[i].CostRate = cr[0], cr[1]
+		c := &s.Clusters[i]
+		req, cost = req+c.Requests, cost+c.Cost
+		if p, ok := prevCluster[c.ID]; ok && dt > 0 {
+			c.RequestRate = float64(inc(p.Requests, c.Requests)) / dt
+			c.CostRate = float64(inc(p.Cost, c.Cost)) / dt
+		}
 	}
 	for id := range h.apps {
 		if !seen[id] {

@@ -9,8 +9,13 @@ import (
 	"tollgate/internal/testutil"
 )
 
+// snap is a snapshot of cluster c1 and apps, whose totals are the cluster's.
 func snap(at time.Time, apps ...AppState) *Snapshot {
-	return &Snapshot{At: at, Apps: apps, Clusters: []ClusterState{{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, Available: 500}}}
+	c := ClusterState{ID: "c1", Capacity: 1000, ReservedRatio: 0.1, Available: 500}
+	for _, a := range apps {
+		c.Requests, c.Cost = c.Requests+a.Requests, c.Cost+a.Cost
+	}
+	return &Snapshot{At: at, Apps: apps, TotalApps: int64(len(apps)), Clusters: []ClusterState{c}}
 }
 
 func TestHistoryRatesAndHourTotals(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/controlplane/internal/clock"
+	"tollgate/internal/store"
 )
 
 // ErrAppNotFound: no app with that id in the latest snapshot.
@@ -180,11 +181,22 @@ type AppDetail struct {
 	Timestamp   int64       `json:"timestamp"`
 }
 
-// App returns an app's metrics (drill-down, Req 23.10).
+// App returns an app's metrics (drill-down, Req 23.10): from the snapshot for an active app,
+// else read now.
 func (s *Service) App(ctx context.Context, id, rng string) (AppDetail, error) {
 	if _, err := s.Latest(ctx); err != nil {
 		return AppDetail{}, err
 	}
+	d, snap, ok := s.activeApp(id, rng)
+	if ok {
+		return d, nil
+	}
+	return s.idleApp(ctx, id, rng, snap)
+}
+
+// activeApp is the detail of an app of the latest snapshot; false (and the snapshot) when it
+// is not in it.
+func (s *Service) activeApp(id, rng string) (AppDetail, *Snapshot, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, a := range s.snap.Apps {
@@ -197,9 +209,27 @@ func (s *Service) App(ctx context.Context, id, rng string) (AppDetail, error) {
 			d.Requests1h, d.Cost1h, d.Rejected1h = w.req, w.cost, w.rej
 			d.RequestRate, d.CostRate = sr.rates(rng)
 		}
-		return d, nil
+		return d, nil, true
 	}
-	return AppDetail{}, ErrAppNotFound
+	return AppDetail{}, s.snap, false
+}
+
+// idleApp is the detail of an app outside the snapshot (not in its cluster's active set): its
+// state read now, and no history (it had no traffic lately).
+func (s *Service) idleApp(ctx context.Context, id, rng string, snap *Snapshot) (AppDetail, error) {
+	conf, err := s.col.cat.GetApps(ctx, []string{id})
+	if err != nil {
+		return AppDetail{}, err
+	}
+	a, ok := conf[id]
+	if !ok {
+		return AppDetail{}, ErrAppNotFound
+	}
+	st, err := s.col.apps(ctx, snap.At, []store.App{a}, snap.Nodes)
+	if err != nil {
+		return AppDetail{}, err
+	}
+	return AppDetail{App: st[0], Range: rng, Timestamp: snap.At.Unix()}, nil
 }
 
 // ConnectionsView is the connection usage per app and per cluster, summed over nodes.

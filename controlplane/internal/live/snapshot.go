@@ -16,10 +16,11 @@ import (
 type Snapshot struct {
 	At            time.Time
 	ConfigVersion int64
+	TotalApps     int64         // configured apps; Apps holds the active ones only
 	RedisLatency  time.Duration // the control plane's own PING
 	PoolUsage     float64       // busy / size of the control plane's Redis pool
 	Clusters      []ClusterState
-	Apps          []AppState
+	Apps          []AppState // the apps of the clusters' active sets
 	Nodes         []Node
 }
 
@@ -42,6 +43,8 @@ type ClusterState struct {
 	ConnRejected    int64   `json:"connections_rejected"`
 	RequestRate     float64 `json:"request_rate"`
 	CostRate        float64 `json:"cost_rate"`
+	Requests        int64   `json:"requests_total"` // reported by the gateways, all apps (keys.Totals)
+	Cost            int64   `json:"cost_total"`
 	// the busiest fresh node: limits are enforced per node
 	ConnNodeCurrent int64  `json:"-"`
 	ConnNode        string `json:"-"`

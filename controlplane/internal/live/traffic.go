@@ -141,15 +141,26 @@ func (t *traffic) observe(s *Snapshot) {
 		}
 	}
 	t.total.add(now, total)
+	// an app is tracked while it is active (in the snapshot) or fresh nodes report counters of it
+	// (an app whose requests are all refused before its lease never reaches the active set)
 	known := make(map[string]bool, len(s.Apps))
 	for _, a := range s.Apps {
 		known[a.ID] = true
-		tr := t.apps[a.ID]
+	}
+	for _, n := range s.Nodes {
+		if !n.Stale {
+			for id := range n.Apps {
+				known[id] = true
+			}
+		}
+	}
+	for id := range known {
+		tr := t.apps[id]
 		if tr == nil {
 			tr = &track{keep: t.keep}
-			t.apps[a.ID] = tr
+			t.apps[id] = tr
 		}
-		tr.add(now, apps[a.ID])
+		tr.add(now, apps[id])
 	}
 	for id := range t.apps {
 		if !known[id] {

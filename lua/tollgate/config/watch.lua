@@ -54,11 +54,8 @@ local function reload(reason)
             end
         else
             v = r[1]
-            if r[2] then
+            if r[2] then    -- (the connection limits are read with the config)
                 log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
-                connlimit.refresh(reason)       -- connection limits ride on the same notice
-            elseif #r[3] > 0 then
-                connlimit.refresh(reason, r[3]) -- the changed apps' limits only
             end
         end
     until not pending

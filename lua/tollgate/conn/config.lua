@@ -50,8 +50,29 @@ end
 
 local cache, cache_n = {}, 0
 local CACHE_MAX = 20000
-config.on_generation(function()
-    cache, cache_n = {}, 0
+-- a new generation drops the entries of the apps and clusters it names (all without a journal)
+config.on_generation(function(_, drop)
+    if not drop then
+        cache, cache_n = {}, 0
+        return
+    end
+    for _, kind in ipairs({ "app", "conn_app" }) do
+        for id in pairs(drop[kind] or {}) do
+            if cache[id] then
+                cache[id] = nil
+                cache_n = cache_n - 1
+            end
+        end
+    end
+    local cl = drop.conn_cluster
+    if cl then
+        for id, e in pairs(cache) do
+            if cl[e.cluster] then
+                cache[id] = nil
+                cache_n = cache_n - 1
+            end
+        end
+    end
 end)
 
 function _M.init(client, bg_ms)
@@ -150,9 +171,62 @@ local function apply(set, id, reply, what)
     end
 end
 
---- Re-read the limits of the apps `list` (parsed configs; all apps when nil) and their clusters
---- from Redis (worker 0).
+-- The HMGETs of the limits of `apps` (parsed configs) and of `clusters` (ids), pipelined on
+-- connection `red`: the replies in that order, or nil, err.
+local function fetch(red, apps, clusters)
+    local cmds = {}
+    for _, a in ipairs(apps) do
+        cmds[#cmds + 1] = { keys.conn_config(a.cluster, a.id), "max_connections",
+                            "burst_connections" }
+    end
+    for _, c in ipairs(clusters) do
+        cmds[#cmds + 1] = { keys.conn_cluster(c), "max_connections", "reserved_ratio" }
+    end
+    local out = {}
+    for i = 1, #cmds, PIPELINE do
+        red:init_pipeline()
+        for j = i, math.min(i + PIPELINE - 1, #cmds) do
+            red:hmget(cmds[j][1], cmds[j][2], cmds[j][3])
+        end
+        local r, perr = red:commit_pipeline()
+        if not r then
+            return nil, perr
+        end
+        for j = 1, #r do
+            out[#out + 1] = r[j]
+        end
+    end
+    return out
+end
+
+--- Read the limits of `apps` (parsed configs) and `clusters` (ids) on connection `red` and put
+--- them in connlimit_dict, forget those of the apps `removed` (ids); no new generation (the
+--- caller's, tollgate.config.load, follows). Returns true or nil, err.
+function _M.read(red, apps, clusters, removed)
+    for _, id in ipairs(removed or {}) do
+        dict:delete("lim:a:" .. id)
+    end
+    if #apps == 0 and #clusters == 0 then
+        return true
+    end
+    local res, err = fetch(red, apps, clusters)
+    if not res then
+        return nil, err
+    end
+    for i, a in ipairs(apps) do
+        apply(_M.set_app_limits, a.id, res[i], "app")
+    end
+    for i, c in ipairs(clusters) do
+        apply(_M.set_cluster_limits, c, res[#apps + i], "cluster")
+    end
+    return true
+end
+
+--- Re-read the limits of the apps `list` ({id, cluster}; when nil, every app the node holds,
+--- config.app_ids()) and their clusters from Redis (worker 0), then a new generation that names
+--- them (workers drop those entries only), or, for every app, drops everything.
 function _M.refresh(reason, list)
+    local all
     local apps, clusters, seen = {}, {}, {}
     local function add(a)
         if a then
@@ -168,46 +242,34 @@ function _M.refresh(reason, list)
             add(list[i])
         end
     else
+        all = true
         for _, id in ipairs(config.app_ids()) do
             add(config.app(id))
         end
     end
-    local cmds = {}
-    for _, a in ipairs(apps) do
-        cmds[#cmds + 1] = { keys.conn_config(a.cluster, a.id), "max_connections",
-                            "burst_connections" }
-    end
-    for _, c in ipairs(clusters) do
-        cmds[#cmds + 1] = { keys.conn_cluster(c), "max_connections", "reserved_ratio" }
-    end
     local res, err = redis_client:with(BG_MS, function(red)
-        local out = {}
-        for i = 1, #cmds, PIPELINE do
-            red:init_pipeline()
-            for j = i, math.min(i + PIPELINE - 1, #cmds) do
-                red:hmget(cmds[j][1], cmds[j][2], cmds[j][3])
-            end
-            local r, perr = red:commit_pipeline()
-            if not r then
-                return nil, perr
-            end
-            for j = 1, #r do
-                out[#out + 1] = r[j]
-            end
+        local ok, rerr = _M.read(red, apps, clusters)
+        if not ok then
+            return nil, rerr
         end
-        return out
+        return true
     end)
     if not res then
         log(WARN, "tollgate: connection limits not refreshed (", reason, "): ", err)
         return nil, err
     end
-    for i, a in ipairs(apps) do
-        apply(_M.set_app_limits, a.id, res[i], "app")
+    if not all then
+        local journal = {}
+        for _, a in ipairs(apps) do
+            journal[#journal + 1] = "conn_app " .. a.id
+        end
+        for _, c in ipairs(clusters) do
+            journal[#journal + 1] = "conn_cluster " .. c
+        end
+        config.bump(journal)
+    else
+        bump()
     end
-    for i, c in ipairs(clusters) do
-        apply(_M.set_cluster_limits, c, res[#apps + i], "cluster")
-    end
-    bump()
     return true
 end
 

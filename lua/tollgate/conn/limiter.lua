@@ -210,7 +210,8 @@ end
 -- Timers -------------------------------------------------------------------------------
 
 -- Node statistics (Req 19.6): connlimit:{c}:stats:<app>:node:<node>, for the control plane
--- to aggregate across nodes.
+-- to aggregate across nodes; an app with connections in flight is marked in its cluster's
+-- active set, which the control plane's live collector reads.
 local function report()
     local rows = {}
     for _, id in ipairs(active.list()) do   -- apps with local state, not every app
@@ -218,7 +219,8 @@ local function report()
         local cur = a and dict:get("ca:" .. id)
         if cur then
             rows[#rows + 1] = { keys.conn_node_stats(a.cluster, id, NODE), cur,
-                                dict:get("pa:" .. id) or 0, dict:get("ra:" .. id) or 0 }
+                                dict:get("pa:" .. id) or 0, dict:get("ra:" .. id) or 0,
+                                cur > 0 and a.k_active, id }
         end
     end
     if #rows == 0 then
@@ -230,6 +232,9 @@ local function report()
         for _, r in ipairs(rows) do
             red:hset(r[1], "current", r[2], "peak", r[3], "rejected", r[4], "last_seen", t)
             red:expire(r[1], STATS_TTL)
+            if r[5] then    -- connections in flight: the control plane's collector reads the app
+                red:zadd(r[5], t, r[6])
+            end
         end
         local res, perr = red:commit_pipeline()
         if not res then

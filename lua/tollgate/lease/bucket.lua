@@ -55,8 +55,8 @@ end
 
 -- L2 grant for app `a`: returns the script reply table, or nil, err.
 local function run_grant(red, a, want, min)
-    return scripts.run(red, redis_scripts.l2_grant, 4, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
-        conf.node_id,
+    return scripts.run(red, redis_scripts.l2_grant, 6, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
+        a.k_active, a.k_debtors, conf.node_id,
         format("%d", want), format("%d", min))
 end
 

@@ -68,8 +68,8 @@ local function send(red, a, k, inflight)
     local seq, pc, pn, ret, held, fo =
         inflight:match("^(%d+) (%-?%d+) (%-?%d+) (%d+) (%-?%d+) (%-?%d+)$")
     metrics.inc('ratelimit_redis_calls_total{op="report"}')
-    local res, err = scripts.run(red, redis_scripts.l3_report, 4, a.k_l2, a.k_leases, a.k_stats,
-        a.k_nodes,
+    local res, err = scripts.run(red, redis_scripts.l3_report, 6, a.k_l2, a.k_leases, a.k_stats,
+        a.k_nodes, a.k_active, a.k_totals,
         conf.node_id, seq, pc, pn, ret, held, fo)
     if not res then
         return nil, err

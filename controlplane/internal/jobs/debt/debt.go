@@ -1,10 +1,13 @@
 // Package debt is the periodic debt-repayment job: for every app in debt it runs l2_refill, which
 // pays debt with what would overflow the burst (Property 13) — so an idle app, which no grant
-// refills, repays too.
+// refills, repays too. The apps in debt are the cluster's debtors set, kept by the scripts (a
+// loan adds the app, the refill that clears the debt removes it): a tick's work is the number of
+// apps in debt, not the number of apps.
 package debt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -13,16 +16,15 @@ import (
 	"tollgate/internal/ledger"
 )
 
-// Ledger reads debts and refills (implemented by *ledger.Ledger).
+// Ledger reads the debtors and refills (implemented by *ledger.Ledger).
 type Ledger interface {
-	Debts(ctx context.Context, cluster string, apps []string) (map[string]int64, error)
+	Debtors(ctx context.Context, cluster string) ([]string, error)
 	Refill(ctx context.Context, cluster, app string, nowUS int64) (ledger.Refill, error)
 }
 
-// Catalog lists clusters and their apps (implemented by *store.Store).
+// Catalog lists the clusters (implemented by *store.Store).
 type Catalog interface {
 	ListClusters(ctx context.Context) ([]string, error)
-	ClusterApps(ctx context.Context, cluster string) ([]string, error)
 }
 
 // Stats are the job's counters.
@@ -70,19 +72,17 @@ func (j *Job) Tick(ctx context.Context) error {
 	var errs jobs.Errors
 	inDebt := 0
 	for _, c := range clusters {
-		apps, err := j.cat.ClusterApps(ctx, c)
+		debtors, err := j.led.Debtors(ctx, c)
 		if err != nil {
 			errs.Add(fmt.Errorf("debt %s: %w", c, err))
 			continue
 		}
-		debts, err := j.led.Debts(ctx, c, apps)
-		if err != nil {
-			errs.Add(fmt.Errorf("debt %s: %w", c, err))
-			continue
-		}
-		inDebt += len(debts)
-		for app := range debts {
+		for _, app := range debtors {
 			r, err := j.led.Refill(ctx, c, app, 0)
+			if errors.Is(err, ledger.ErrUnknownApp) {
+				continue // deleted: the refill took it out of the set
+			}
+			inDebt++
 			if err != nil {
 				errs.Add(fmt.Errorf("debt %s/%s: %w", c, app, err))
 				continue

@@ -16,7 +16,7 @@ import (
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newJob(f *testutil.Fixture) *emergency.Job {
-	meter := usage.NewMeter(f.Store, f.Ledger, f.Clock)
+	meter := usage.NewMeter(f.Ledger, f.Clock)
 	return emergency.NewJob(f.Store, f.Ledger, meter, emergency.NewManager(f.Ledger, quiet()),
 		emergency.Options{Threshold: 0.95, Duration: 300 * time.Second})
 }

@@ -17,7 +17,7 @@ func TestOverloadFactorsFollowUsage(t *testing.T) {
 	f := testutil.NewFixture(t)
 	f.Cluster("c", 10_000)
 	f.App("c", "a", 1000, 5000, 1, 0)
-	j := overload.New(f.Store, f.Ledger, usage.NewMeter(f.Store, f.Ledger, f.Clock), 15*time.Second,
+	j := overload.New(f.Store, f.Ledger, usage.NewMeter(f.Ledger, f.Clock), 15*time.Second,
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	step := func(consumed int64) [4]int64 {
 		t.Helper()

@@ -102,7 +102,7 @@ func TestFailingTickLogsABoundedLine(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		f.App("c", fmt.Sprintf("a%04d", i), 1, 1, 0, 0)
 	}
-	j := reconcile.New(f.Store, failingLedger{f.Ledger}, reconcile.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	j := reconcile.New(f.Store, failingLedger{f.Ledger}, reconcile.Options{SweepPerTick: 2000, Logger: quiet()})
 	err := j.Tick(f.Ctx)
 	if err == nil {
 		t.Fatal("a tick where every app fails returned nil")

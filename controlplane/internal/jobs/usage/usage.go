@@ -2,9 +2,10 @@
 // stats hashes' total_consumed, fail-open consumption included) over the time between two
 // measurements, divided by its capacity (docs/design.md §3, "Overload").
 //
-// total_consumed is read rather than the period counters because reconciliation resets those
-// every period: a difference of total_consumed is the consumption between two measurements
-// whatever resets happened in between.
+// The consumption is the cluster's totals hash, which l3_report increments with every app's
+// (one read per cluster whatever its number of apps). A cumulative total is read rather than
+// the period counters because reconciliation resets those every period: a difference of
+// total_consumed is the consumption between two measurements whatever resets happened in between.
 package usage
 
 import (
@@ -17,14 +18,9 @@ import (
 	"tollgate/internal/ledger"
 )
 
-// Catalog lists a cluster's apps (implemented by *store.Store).
-type Catalog interface {
-	ClusterApps(ctx context.Context, cluster string) ([]string, error)
-}
-
 // Source reads consumption and capacity (implemented by *ledger.Ledger).
 type Source interface {
-	Consumed(ctx context.Context, cluster string, apps []string) (int64, error)
+	ClusterTotals(ctx context.Context, cluster string) (ledger.Totals, error)
 	ReadL1(ctx context.Context, cluster string) (ledger.L1, error)
 }
 
@@ -43,7 +39,6 @@ type sample struct {
 
 // Meter keeps the previous sample per cluster; each Measure is a window since the last one.
 type Meter struct {
-	cat   Catalog
 	src   Source
 	clock clock.Clock
 
@@ -52,28 +47,25 @@ type Meter struct {
 }
 
 // NewMeter returns a meter; a nil clock is the real one.
-func NewMeter(cat Catalog, src Source, c clock.Clock) *Meter {
+func NewMeter(src Source, c clock.Clock) *Meter {
 	if c == nil {
 		c = clock.Real{}
 	}
-	return &Meter{cat: cat, src: src, clock: c, last: map[string]sample{}}
+	return &Meter{src: src, clock: c, last: map[string]sample{}}
 }
 
 // Measure returns the usage of cluster since the previous call. ok is false for the first call,
 // after a counter went back (Redis restarted empty) or when no time has passed.
 func (m *Meter) Measure(ctx context.Context, cluster string) (Reading, bool, error) {
-	apps, err := m.cat.ClusterApps(ctx, cluster)
-	if err != nil {
-		return Reading{}, false, fmt.Errorf("usage %s: %w", cluster, err)
-	}
 	l1, err := m.src.ReadL1(ctx, cluster)
 	if err != nil {
 		return Reading{}, false, fmt.Errorf("usage %s: %w", cluster, err)
 	}
-	total, err := m.src.Consumed(ctx, cluster, apps)
+	t, err := m.src.ClusterTotals(ctx, cluster)
 	if err != nil {
 		return Reading{}, false, fmt.Errorf("usage %s: %w", cluster, err)
 	}
+	total := t.Consumed
 	now := m.clock.Now()
 	m.mu.Lock()
 	prev, seen := m.last[cluster]

@@ -14,9 +14,8 @@ type fakes struct {
 	total int64
 }
 
-func (f *fakes) ClusterApps(context.Context, string) ([]string, error) { return []string{"a"}, nil }
-func (f *fakes) Consumed(context.Context, string, []string) (int64, error) {
-	return f.total, nil
+func (f *fakes) ClusterTotals(context.Context, string) (ledger.Totals, error) {
+	return ledger.Totals{Consumed: f.total}, nil
 }
 func (f *fakes) ReadL1(context.Context, string) (ledger.L1, error) {
 	return ledger.L1{Capacity: 1000}, nil
@@ -28,7 +27,7 @@ func (f *fakes) ReadL1(context.Context, string) (ledger.L1, error) {
 func TestMeasure(t *testing.T) {
 	f := &fakes{total: 5000}
 	c := testutil.NewClock(time.Unix(0, 0))
-	m := usage.NewMeter(f, f, c)
+	m := usage.NewMeter(f, c)
 	if _, ok, err := m.Measure(context.Background(), "c"); ok || err != nil {
 		t.Fatalf("first measurement: ok=%v err=%v", ok, err)
 	}

@@ -372,6 +372,11 @@ describe('admin console on a real stack', () => {
     timings[`apps search, ${n} apps: the one app shown`] = performance.now() - t
     await screenshot(page, '24-apps-many')
     await apps.search('')
+    // the connection limits come a page at a time too, with the number of apps
+    await page.goto(`${stack.base}/connections`)
+    await until(async () => ((await byTest(page, 'connections-pager').textContent()) ?? '').replace(/[\s,]/g, '')
+      .includes(`Total${(await total).meta.total}`), 'the connections pager to show the number of apps')
+    expect(await byTest(page, 'connections-apps').locator('.el-table__row').count()).toBe(100)
   })
 
   it('12 saw no errors in the browser', () => {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"tollgate/internal/keys"
@@ -281,5 +283,66 @@ func TestEveryConfigKindAppliedAsChange(t *testing.T) {
 	}
 	if got := g.Metric("ratelimit_config_changes_applied_total"); got < applied+9 {
 		t.Errorf("changes applied %v -> %v, want at least 9 more", applied, got)
+	}
+}
+
+// fullLoadWithout announces a change logged as "all" after removing app `gone` from the apps index
+// behind the change log's back, and waits until the node's full load is done.
+func (s *stack) fullLoadWithout(gone string) {
+	s.t.Helper()
+	g := s.gw()
+	loads := g.Metric("ratelimit_config_full_loads_total")
+	ctx := context.Background()
+	if _, err := s.store.Bump(ctx, func(ctx context.Context) error {
+		return s.rdb.HDel(ctx, keys.AppsIndex(), gone).Err()
+	}); err != nil {
+		s.t.Fatal(err)
+	}
+	eventually(s.t, "a full load", func() bool { return g.Metric("ratelimit_config_full_loads_total") > loads })
+}
+
+// Issue 20 item 2: a full load drops the apps gone from the store without walking config_dict:
+// worker 0 keeps the ids it holds; a worker 0 that did not load the dict's config itself (after
+// a reload of nginx) lists the dict once, and still drops what is gone.
+func TestFullLoadDropsRemovedAppsWithoutWalk(t *testing.T) {
+	s := newStack(t, stackOptions{apps: manyApps("sweep", 2000)})
+	g := s.gw()
+	v0, err := s.store.ConfigVersion(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitVersion(v0)
+	status := func(id string) int { return g.Do("HEAD", "/bucket/obj", id, nil, nil).Status }
+	for _, id := range []string{"sweep-00005", "sweep-00007"} {
+		if st := status(id); st != 200 {
+			t.Fatalf("%s before: status %d", id, st)
+		}
+	}
+
+	s.fullLoadWithout("sweep-00005")
+	if st := status("sweep-00005"); st != 403 {
+		t.Errorf("an app gone from the store after a full load: status %d, want 403", st)
+	}
+	if st := status("sweep-00006"); st != 200 {
+		t.Errorf("an app still in the store after a full load: status %d, want 200", st)
+	}
+
+	old := workers(t, g)
+	g.Signal(syscall.SIGHUP)
+	eventually(t, "the workers of the reload alone", func() bool {
+		now := workers(t, g)
+		for _, pid := range now {
+			if slices.Contains(old, pid) {
+				return false
+			}
+		}
+		return len(now) == 2
+	})
+	s.fullLoadWithout("sweep-00007")
+	if st := status("sweep-00007"); st != 403 {
+		t.Errorf("an app gone from the store, full load after a reload of nginx: status %d, want 403", st)
+	}
+	if st := status("sweep-00008"); st != 200 {
+		t.Errorf("an app still in the store after a reload of nginx: status %d, want 200", st)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"tollgate/internal/keys"
 	"tollgate/internal/store"
+	"tollgate/t/harness"
 )
 
 // hscanCalls is Redis' count of HSCAN commands (INFO commandstats): a full config load walks the
@@ -344,5 +345,60 @@ func TestFullLoadDropsRemovedAppsWithoutWalk(t *testing.T) {
 	}
 	if st := status("sweep-00008"); st != 200 {
 		t.Errorf("an app still in the store after a reload of nginx: status %d, want 200", st)
+	}
+}
+
+// Issue 20 item 2: a node whose first full load is under way (here held back: the bucket map is
+// of the wrong type, so the load fails at its end and is retried) serves the apps it has
+// loaded, looks up on demand an app it has not (created meanwhile), refuses an unknown app, and
+// reports a config version only once the load completes.
+func TestFreshNodeServesWhileItsFirstLoadRuns(t *testing.T) {
+	s := newStack(t, stackOptions{apps: manyApps("early", 500)})
+	ctx := context.Background()
+	if err := s.rdb.Set(ctx, keys.Buckets(), "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// one poll a minute: the load is retried on notices only, and none comes until the end
+	g := harness.StartGateway(t, harness.GatewayOptions{RedisURL: s.gwURL, NodeID: "fresh", Loading: true,
+		Env: map[string]string{"TOLLGATE_CONFIG_POLL": "60"}})
+	status := func(id string) int { return g.Do("HEAD", "/bucket/obj", id, nil, nil).Status }
+	eventually(t, "the apps of the first load served", func() bool { return status("early-00042") == 200 })
+	// the node's first rounds (its subscription and its first poll) have failed: nothing retries
+	eventually(t, "the first loads failed", func() bool {
+		return strings.Count(g.ErrorLog(), "tollgate: config reload (") >= 2
+	})
+	// an app the load did not see: written as the store writes it, not announced (no retry)
+	late := app("late-comer", 10, 100)
+	if err := s.scripts.Run(ctx, s.rdb, "app_config", []string{keys.L1("default"), keys.L1Apps("default"),
+		keys.L2("default", late.AppID)}, late.AppID, late.GuaranteedQuota, late.BurstQuota, late.Priority,
+		late.CBw, late.MaxBorrow, "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(late)
+	if err := s.rdb.HSet(ctx, keys.AppsIndex(), late.AppID, string(doc)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if st := status("late-comer"); st != 200 {
+		t.Errorf("an app created while the node loads: status %d, want 200 (looked up)", st)
+	}
+	if g.Metric("ratelimit_config_lookups_total") == 0 {
+		t.Error("no app looked up on demand while loading")
+	}
+	if st := status("never-created"); st != 403 {
+		t.Errorf("an unknown app while the node loads: status %d, want 403", st)
+	}
+	if h := healthOf(t, g); h.ConfigVersion != 0 {
+		t.Errorf("a node whose first load has not finished reports config version %d", h.ConfigVersion)
+	}
+	if err := s.rdb.Del(ctx, keys.Buckets()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.store.Bump(ctx, nil) // the notice: the load is retried
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first load done", func() bool { return healthOf(t, g).ConfigVersion >= v })
+	if st := status("late-comer"); st != 200 {
+		t.Errorf("late-comer after the load: status %d", st)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/bench/internal/redisenv"
+	"tollgate/internal/keys"
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 )
@@ -150,7 +151,7 @@ func measure(ctx context.Context, tmp, cpBin, reconcile string, n int, warmup, w
 	}
 	// the config snapshot a control plane writes when it starts on a new version reads the whole
 	// config once (by nature O(apps)): the window starts after it
-	if err := waitSnapshot(ctx, filepath.Join(dir, "backup"), 10*time.Minute); err != nil {
+	if err := waitSnapshot(ctx, srv.Client(), filepath.Join(dir, "backup"), 10*time.Minute); err != nil {
 		return row{}, err
 	}
 	select {
@@ -268,11 +269,20 @@ func seed(ctx context.Context, addr string, n int) error {
 	return <-errs
 }
 
-func waitSnapshot(ctx context.Context, dir string, limit time.Duration) error {
+// waitSnapshot waits until dir holds the config snapshot of the current config version.
+func waitSnapshot(ctx context.Context, rdb *redis.Client, dir string, limit time.Duration) error {
 	end := time.Now().Add(limit)
 	for time.Now().Before(end) {
-		if es, err := os.ReadDir(dir); err == nil && len(es) > 0 {
-			return nil
+		v, err := rdb.Get(ctx, keys.ConfigVersion()).Int64()
+		if err != nil {
+			return fmt.Errorf("config version: %w", err)
+		}
+		if es, err := os.ReadDir(dir); err == nil {
+			for _, e := range es {
+				if strings.HasSuffix(e.Name(), fmt.Sprintf("-v%d.json", v)) {
+					return nil
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -280,7 +290,7 @@ func waitSnapshot(ctx context.Context, dir string, limit time.Duration) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("no config snapshot in %s within %s", dir, limit)
+	return fmt.Errorf("no config snapshot of the current version in %s within %s", dir, limit)
 }
 
 func waitHealth(ctx context.Context, url string, limit time.Duration) error {

@@ -92,17 +92,18 @@ func (c *collector) collect(ctx context.Context, now time.Time) (*Snapshot, erro
 // app indexed in a cluster it no longer belongs to is left out).
 func (c *collector) activeApps(ctx context.Context, clusters []string) ([]store.App, error) {
 	var ids []string
-	in := map[string]string{}
+	in := map[string]map[string]bool{} // app -> the clusters whose active set holds it
 	for _, cl := range clusters {
 		act, err := c.l1.ActiveApps(ctx, cl)
 		if err != nil {
 			return nil, err
 		}
 		for _, a := range act {
-			if _, dup := in[a]; !dup {
-				in[a] = cl
+			if in[a] == nil {
+				in[a] = map[string]bool{}
 				ids = append(ids, a)
 			}
+			in[a][cl] = true
 		}
 	}
 	conf, err := c.cat.GetApps(ctx, ids)
@@ -111,7 +112,7 @@ func (c *collector) activeApps(ctx context.Context, clusters []string) ([]store.
 	}
 	out := make([]store.App, 0, len(conf))
 	for _, a := range conf {
-		if in[a.AppID] == a.ClusterID {
+		if in[a.AppID][a.ClusterID] {
 			out = append(out, a)
 		}
 	}

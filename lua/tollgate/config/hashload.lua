@@ -12,6 +12,7 @@ local keys = require("tollgate.keys")
 local _M = {}
 
 local COUNT = 1000      -- HSCAN COUNT: a page of about this many entries, then a yield
+local SLICE = 250       -- entries checked between two yields within a page
 
 local held = {}         -- worker 0: prefix -> { id = true } of the entries it holds in the dict
 
@@ -28,6 +29,9 @@ function _M.each(red, key, fn, page)
         local kv = res[2]
         for i = 1, #kv, 2 do
             fn(kv[i], kv[i + 1])
+            if i % (2 * SLICE) == 1 and i > 1 then
+                ngx.sleep(0.001)    -- requests of this worker wait one slice at most
+            end
         end
         if page then
             local ok, perr = page()
@@ -92,7 +96,7 @@ function _M.into_dict(red, key, cdict, prefix, what, check, valid)
             n = n + 1
         end
         batch = {}
-        ngx.sleep(0)
+        ngx.sleep(0.001)    -- (sleep(0) warns on nginx builds without the delayed-events patch)
         return true
     end
     local ok, err = _M.each(red, key, function(id, v)
@@ -119,9 +123,14 @@ function _M.into_dict(red, key, cdict, prefix, what, check, valid)
         return nil, err
     end
     -- every entry written first, then what is gone dropped: each is its old or its new copy
+    local k = 0
     for id in pairs(before) do
         if not seen[id] then
             cdict:delete(prefix .. id)
+        end
+        k = k + 1
+        if k % 10000 == 0 then
+            ngx.sleep(0.001)
         end
     end
     held[prefix] = seen

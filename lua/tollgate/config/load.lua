@@ -378,17 +378,20 @@ function _M.update(red)
         return nil, changed
     end
     v, err = _M.reload(red)
-    return v, true, err
+    if not v then
+        return nil, err
+    end
+    return v, true, err     -- (err: the apps loaded)
 end
 
 --- Load every config from Redis into config_dict (worker 0, in the background): the apps
 -- index, then rules, breakers, access keys and buckets, each by HSCAN pages written as they
 -- come with a yield between pages (tollgate.config.hashload), what is gone dropped without a
--- walk of the dict; then the connection limits of every app and cluster. An entry that does
+-- walk of the dict (the connection limits follow: tollgate.config.watch). An entry that does
 -- not parse keeps its last good config and counts an error. A node without config ("loading")
 -- looks up the apps it has not loaded yet on demand (config.app) and reports no version until
 -- the load is done. A store that is not the one this gateway knew (check_store) loads nothing.
--- Returns the version, or nil, err.
+-- Returns the version and the apps loaded ({id, cluster}), or nil, err.
 function _M.reload(red)
     local version, err = store_version(red)
     if not version then
@@ -431,15 +434,6 @@ function _M.reload(red)
         return nil, ierr
     end
     bad = bad + ibad
-    -- every app's and cluster's connection limits (HMGETs pipelined), before the generation
-    local cids = {}
-    for c in pairs(clusters) do
-        cids[#cids + 1] = c
-    end
-    local cok, cerr = connconf.read(red, loaded, cids)
-    if not cok then
-        return nil, cerr
-    end
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end
@@ -449,7 +443,7 @@ function _M.reload(red)
     cdict:incr("generation", 1, 0)
     cdict:incr("full_loads", 1, 0)
     apps.publish()
-    return version
+    return version, loaded
 end
 
 return _M

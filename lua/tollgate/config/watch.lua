@@ -54,8 +54,20 @@ local function reload(reason)
             end
         else
             v = r[1]
-            if r[2] then    -- (the connection limits are read with the config)
+            if r[2] then
                 log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
+                -- then every loaded app's connection limits, in a timer of their own (batches
+                -- of pipelined HMGETs) while changes keep being applied; a change's limits are
+                -- read with it (tollgate.config.load)
+                local list = r[3]
+                local ok, terr = ngx.timer.at(0, function(premature)
+                    if not premature then
+                        connlimit.refresh(reason, list, true)
+                    end
+                end)
+                if not ok then
+                    log(ERR, "tollgate: connection limits not refreshed: ", terr)
+                end
             end
         end
     until not pending

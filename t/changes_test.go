@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"tollgate/internal/keys"
 	"tollgate/internal/store"
@@ -115,6 +116,11 @@ func TestFullConfigDictRefusesNoTenant(t *testing.T) {
 		t.Errorf("config_dict on /metrics: capacity %v bytes, %v free; want about 256k, under 5 %% free",
 			capacity, free)
 	}
+	// each worker notes its own Lua heap: the budget of docs/scale.md covers the workers too
+	harness.Eventually(t, 10*time.Second, "both workers' Lua heap on /metrics", func() bool {
+		return g.Metric(`ratelimit_worker_lua_memory_bytes{worker="0"}`) > 100<<10 &&
+			g.Metric(`ratelimit_worker_lua_memory_bytes{worker="1"}`) > 100<<10
+	})
 	var mu sync.Mutex
 	refused := map[int][]string{}
 	var wg sync.WaitGroup

@@ -68,6 +68,8 @@ local HELP = {
     ratelimit_config_lookup_errors_total = { "counter",
         "On-demand app lookups that failed (the request failed open)." },
     ratelimit_shm_capacity_bytes = { "gauge", "Size of a shared dict (lua_shared_dict) by zone." },
+    ratelimit_worker_lua_memory_bytes = { "gauge",
+        "Lua heap of an nginx worker (collectgarbage count), by worker, noted every second." },
     ratelimit_shm_free_bytes = { "gauge",
         "Free pages of a shared dict by zone (0: new keys only fit in partly used pages)." },
     ratelimit_rule_hits_total = { "counter", "Requests a rule matched, by rule." },
@@ -182,6 +184,13 @@ end
 --- Count a refusal that is not a 429 (those are counted by status) in the node totals.
 function _M.blocked(app)
     extra_blocked[app] = (extra_blocked[app] or 0) + 1
+end
+
+--- Note this worker's Lua heap (every second, from each worker's flush timer): a scrape is
+-- served by one worker and could not read the others'.
+function _M.note_lua_memory()
+    mdict:set('ratelimit_worker_lua_memory_bytes{worker="' .. ngx.worker.id() .. '"}',
+        collectgarbage("count") * 1024)
 end
 
 --- Register fn(gauges), called at every render to add gauges read at scrape time.

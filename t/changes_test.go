@@ -248,10 +248,16 @@ func TestEveryConfigKindAppliedAsChange(t *testing.T) {
 	// a breaker
 	b, _ := json.Marshal(breakerCfg(map[string]any{"name": "kinds-brk"}))
 	s.putHash(store.ChangeBreaker, "kinds-brk", keys.BreakersIndex(), "kinds-brk", string(b))
-	eventually(t, "breaker kinds-brk known to the node", func() bool {
-		_, ok := breakersOf(g)["kinds-brk"]
-		return ok
-	})
+	// requests first: each worker moves to the new generation on its request path (a generation
+	// that names the breaker recompiles the breakers), then the node's report
+	for i := 0; i < 8; i++ {
+		g.Do("HEAD", "/bucket/obj", "kinds-00001", nil, nil)
+	}
+	for i := 0; i < 6; i++ {
+		if _, ok := breakersOf(g)["kinds-brk"]; !ok {
+			t.Fatalf("breaker kinds-brk unknown to the node after its change (report %d)", i)
+		}
+	}
 
 	// a cluster's L1 config (read by the scripts; the node only moves its version)
 	if _, err := s.store.PutCluster(ctx, store.Cluster{ID: "default", Capacity: 200000, ReservedRatio: 0.1}); err != nil {

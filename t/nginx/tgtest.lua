@@ -286,6 +286,8 @@ function actions.heal()
 end
 
 function actions.breakers()
+    -- this worker on the current generation first, as a request would bring it
+    require("tollgate.config.apps").refresh()
     reply(require("tollgate.breaker.breaker").report())
 end
 

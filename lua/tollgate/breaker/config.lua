@@ -11,8 +11,6 @@ local type = type
 local floor = math.floor
 local pairs = pairs
 
-local unpack = unpack
-
 local _M = {}
 
 local CDICT_KEY = "breakers"
@@ -139,7 +137,7 @@ end
 --- config, removed when gone, or kept when it does not parse. Returns the number of damaged
 --- entries, or nil, err.
 function _M.apply(red, cdict, names)
-    local vals, err = red:hmget(keys.breakers_index(), unpack(names))
+    local vals, err = hashload.hmget(red, keys.breakers_index(), names)
     if not vals then
         return nil, err
     end

@@ -9,6 +9,8 @@
 -- worker that finds a config already in the dict (a reload of nginx) lists the dict once.
 local keys = require("tollgate.keys")
 
+local unpack = unpack
+
 local _M = {}
 
 local COUNT = 1000      -- HSCAN COUNT: a page of about this many entries, then a yield
@@ -70,6 +72,22 @@ _M.held = holding
 --- outside a full load).
 function _M.note(cdict, prefix, id, present)
     holding(cdict, prefix)[id] = present or nil
+end
+
+--- HMGET of `fields` of hash `key` in chunks of 1,000 (unpack has a limit): the values in the
+--- order of `fields`, or nil, err.
+function _M.hmget(red, key, fields)
+    local out = {}
+    for i = 1, #fields, 1000 do
+        local vals, err = red:hmget(key, unpack(fields, i, math.min(i + 999, #fields)))
+        if not vals then
+            return nil, err
+        end
+        for j = 1, #vals do
+            out[#out + 1] = vals[j]
+        end
+    end
+    return out
 end
 
 --- Load hash `key` into cdict as "<prefix><id>" = value, page by page (each HSCAN page written

@@ -11,7 +11,6 @@ local connconf = require("tollgate.conn.config")
 local s3 = require("tollgate.s3")
 
 local tonumber = tonumber
-local unpack = unpack
 
 local _M = {}
 
@@ -141,7 +140,7 @@ local function apply_apps(red, ids)
     if not ids then
         return changed, removed
     end
-    local vals, herr = red:hmget(keys.apps_index(), unpack(ids))
+    local vals, herr = hashload.hmget(red, keys.apps_index(), ids)
     if not vals then
         return nil, herr
     end
@@ -188,7 +187,7 @@ local function apply_map(red, key, prefix, ids)
     if not ids then
         return true
     end
-    local vals, err = red:hmget(key, unpack(ids))
+    local vals, err = hashload.hmget(red, key, ids)
     if not vals then
         return nil, err
     end
@@ -227,7 +226,7 @@ local function apply_rules(red, ids)
     if not ids then
         return true
     end
-    local vals, err = red:hmget(keys.rules_index(), unpack(ids))
+    local vals, err = hashload.hmget(red, keys.rules_index(), ids)
     if not vals then
         return nil, err
     end

@@ -66,6 +66,10 @@ func AppsIndex() string { return rlPrefix + "apps" }
 // control plane pages and prefix-searches it by lex range instead of reading every app.
 func AppIDs() string { return rlPrefix + "apps:ids" }
 
+// AppsBy is the sorted set of the ids of the apps whose field (cluster, priority or enabled) has
+// value, members and scores as in AppIDs (no hash tag): the control plane pages a filter by it.
+func AppsBy(field, value string) string { return rlPrefix + "apps:by:" + field + ":" + value }
+
 // ClustersIndex is the set of cluster ids (no hash tag).
 func ClustersIndex() string { return rlPrefix + "clusters" }
 
@@ -78,8 +82,8 @@ func ConfigVersion() string { return rlPrefix + "config:version" }
 func ConfigEpoch() string { return rlPrefix + "config:epoch" }
 
 // ConfigChanges is the change log: a sorted set scored by config version whose members are
-// "<version> <kind> <id>" (kind app: one app's entry of the apps index changed; kind all: anything
-// else, a gateway reloads everything). Gateways read it from the version they hold (no hash tag).
+// "<version> <kind> <id>", one or more per version (kinds: internal/store/changes.go; all: a
+// gateway reloads everything). Gateways read it from the version they hold (no hash tag).
 func ConfigChanges() string { return rlPrefix + "config:changes" }
 
 // ConfigChannel is the pub/sub channel announcing a new config version.

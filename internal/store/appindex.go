@@ -79,13 +79,27 @@ func (s *Store) ClusterAllocated(ctx context.Context, cluster string) (int64, er
 	return sum, nil
 }
 
-// RemoveApp removes an app from the JSON index and the id index.
+// RemoveApp removes an app from the JSON index, the id index and its value indexes.
 func (s *Store) RemoveApp(ctx context.Context, id string) error {
+	a, err := s.GetApp(ctx, id)
+	had := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
 	if err := s.rdb.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
 		return fmt.Errorf("store: remove app %s: %w", id, err)
 	}
-	if err := s.rdb.ZRem(ctx, keys.AppIDs(), idMember(id)).Err(); err != nil {
-		return fmt.Errorf("store: remove app %s from the id index: %w", id, err)
+	m := idMember(id)
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, keys.AppIDs(), m)
+		if had {
+			for _, k := range valueIndexes(a) {
+				p.ZRem(ctx, k, m)
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("store: remove app %s from the id and value indexes: %w", id, err)
 	}
 	return nil
 }
@@ -218,4 +232,25 @@ func (s *Store) PageApps(ctx context.Context, prefix string, offset, limit int64
 		}
 	}
 	return page, nil
+}
+
+// ReleaseApp takes a removed app's allocation out of its cluster's L1 and deletes its L2 bucket
+// (the app_remove script: a ZSCORE and an HGET, never a read of the cluster's other apps).
+func (s *Store) ReleaseApp(ctx context.Context, cluster, id string) (Allocation, error) {
+	if !keys.ValidID(cluster) {
+		return Allocation{}, invalidID("cluster", cluster)
+	}
+	if !keys.ValidID(id) {
+		return Allocation{}, invalidID("app", id)
+	}
+	res, err := s.scripts.Run(ctx, s.rdb, "app_remove",
+		[]string{keys.L1(cluster), keys.L1Apps(cluster), keys.L2(cluster, id),
+			keys.Active(cluster), keys.Debtors(cluster)}, id).Int64Slice()
+	if err != nil {
+		return Allocation{}, fmt.Errorf("store: release app %s: %w", id, classifyScriptError(err))
+	}
+	if len(res) != 3 {
+		return Allocation{}, fmt.Errorf("store: release app %s: app_remove returned %v", id, res)
+	}
+	return Allocation{Allocated: res[0], Available: res[1]}, nil
 }

@@ -187,7 +187,7 @@ func (s *Store) AddAccessKey(ctx context.Context, app, key string) (created bool
 		}
 		return false, 0, err
 	}
-	v, err := s.bumpVersion(ctx, nil)
+	v, err := s.bumpVersion(WithChange(ctx, ChangeKey, key), nil)
 	return true, v, err
 }
 
@@ -212,7 +212,7 @@ func (s *Store) RemoveAccessKey(ctx context.Context, app, key string) (int64, er
 	if !removed {
 		return 0, fmt.Errorf("store: access key of app %s: %w", app, ErrNotFound)
 	}
-	return s.bumpVersion(ctx, nil)
+	return s.bumpVersion(WithChange(ctx, ChangeKey, key), nil)
 }
 
 // BucketOwner returns the app a bucket is mapped to.
@@ -303,7 +303,7 @@ func (s *Store) PutBucket(ctx context.Context, bucket, app string) (previous str
 	if old == app {
 		return old, 0, nil
 	}
-	v, err := s.bumpVersion(ctx, nil)
+	v, err := s.bumpVersion(WithChange(ctx, ChangeBucket, bucket), nil)
 	return old, v, err
 }
 
@@ -328,28 +328,33 @@ func (s *Store) DeleteBucket(ctx context.Context, bucket string) (string, int64,
 	if !removed { // moved or removed in between
 		return "", 0, fmt.Errorf("store: bucket: %w", ErrNotFound)
 	}
-	v, err := s.bumpVersion(ctx, nil)
+	v, err := s.bumpVersion(WithChange(ctx, ChangeBucket, bucket), nil)
 	return owner, v, err
 }
 
 // RemoveAppIdentity releases every access key and bucket of an app and deletes its two sets:
 // O(the app's entries). Meant to run inside the version bump that removes the app, so that
-// gateways see the app and its keys go in one config version.
+// gateways see the app and its keys go in one config version: each released entry is added to
+// that version's change (AlsoChange).
 func (s *Store) RemoveAppIdentity(ctx context.Context, app string) error {
 	if !keys.ValidID(app) {
 		return invalidID("app", app)
 	}
-	for _, m := range []struct{ set, owners string }{
-		{keys.AppAccessKeys(app), keys.AccessKeys()},
-		{keys.AppBuckets(app), keys.Buckets()},
+	for _, m := range []struct{ set, owners, kind string }{
+		{keys.AppAccessKeys(app), keys.AccessKeys(), ChangeKey},
+		{keys.AppBuckets(app), keys.Buckets(), ChangeBucket},
 	} {
 		members, err := s.rdb.SMembers(ctx, m.set).Result()
 		if err != nil {
 			return fmt.Errorf("store: read %s: %w", m.set, err)
 		}
 		for _, f := range members {
-			if _, err := s.release(ctx, m.owners, f, app); err != nil {
+			released, err := s.release(ctx, m.owners, f, app)
+			if err != nil {
 				return err
+			}
+			if released {
+				AlsoChange(ctx, m.kind, f)
 			}
 		}
 		if err := s.rdb.Del(ctx, m.set).Err(); err != nil {

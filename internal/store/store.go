@@ -87,7 +87,7 @@ func (s *Store) PutCluster(ctx context.Context, c Cluster) (Allocation, error) {
 		}
 		return nil
 	}
-	if _, err := s.bumpVersion(ctx, index); err != nil {
+	if _, err := s.bumpVersion(WithChange(ctx, ChangeCluster, c.ID), index); err != nil {
 		return Allocation{}, fmt.Errorf("store: put cluster %s: %w", c.ID, err)
 	}
 	return Allocation{Allocated: res[1], Available: res[2]}, nil
@@ -120,7 +120,8 @@ func (s *Store) GetCluster(ctx context.Context, id string) (Cluster, error) {
 // PutApp creates or updates an app: L2 and L1 allocation atomically by app_config, then the JSON
 // index entry, the config version bump and its announcement.
 func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
-	if err := s.checkAppIDs(ctx, a); err != nil {
+	old, had, err := s.checkAppIDs(ctx, a)
+	if err != nil {
 		return Allocation{}, err
 	}
 	doc, err := json.Marshal(a)
@@ -144,8 +145,11 @@ func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
 		if err := s.rdb.HSet(ctx, keys.AppsIndex(), a.AppID, doc).Err(); err != nil {
 			return fmt.Errorf("index: %w", err)
 		}
-		if err := s.rdb.ZAdd(ctx, keys.AppIDs(), redis.Z{Member: idMember(a.AppID)}).Err(); err != nil {
-			return fmt.Errorf("id index: %w", err)
+		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			indexApp(ctx, p, a, old, had)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("id and value indexes: %w", err)
 		}
 		return nil
 	}
@@ -156,25 +160,26 @@ func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
 }
 
 // checkAppIDs validates the ids before any key is built and refuses to move an app to another
-// cluster (its allocation would stay in the old cluster's L1).
-func (s *Store) checkAppIDs(ctx context.Context, a App) error {
+// cluster (its allocation would stay in the old cluster's L1). Returns the app's config as it
+// is, when it exists.
+func (s *Store) checkAppIDs(ctx context.Context, a App) (App, bool, error) {
 	if !keys.ValidID(a.AppID) {
-		return invalidID("app", a.AppID)
+		return App{}, false, invalidID("app", a.AppID)
 	}
 	if !keys.ValidID(a.ClusterID) {
-		return invalidID("cluster", a.ClusterID)
+		return App{}, false, invalidID("cluster", a.ClusterID)
 	}
 	old, err := s.GetApp(ctx, a.AppID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return nil
+		return App{}, false, nil
 	case err != nil:
-		return err
+		return App{}, false, err
 	case old.ClusterID != a.ClusterID:
-		return fmt.Errorf("store: put app %s: in cluster %s, not %s: %w",
+		return App{}, false, fmt.Errorf("store: put app %s: in cluster %s, not %s: %w",
 			a.AppID, old.ClusterID, a.ClusterID, ErrClusterChange)
 	}
-	return nil
+	return old, true, nil
 }
 
 // bumpVersion runs extra (if any), then INCR of the config version, then publishes the new

@@ -150,6 +150,7 @@ function _M.init_worker()
     ngx.timer.every(1, function(premature)
         if not premature then
             metrics.flush()
+            metrics.note_lua_memory()
             config.publish_generation()
         end
     end)

@@ -107,12 +107,27 @@ function _M.headers()
 end
 
 -- per worker: the answers of config_dict ("ak:<key>", "bk:<bucket>") for the current config,
--- each cache with its own bound (wiped when full, and by flush() on a new generation)
+-- each cache with its own bound (wiped when full; flush() drops what a new generation changed)
 local CACHE_MAX = 20000
 local keys_c, buckets_c = { n = 0, t = {} }, { n = 0, t = {} }
 
---- Forget the cached answers (a new config generation).
-function _M.flush()
+local function forget(c, ids)
+    for k in pairs(ids or {}) do
+        if c.t[k] ~= nil then
+            c.t[k] = nil
+            c.n = c.n - 1
+        end
+    end
+end
+
+--- A new config generation (config.on_generation): forget the cached answers of the access
+--- keys and buckets it changed (drop.key, drop.bucket), or all of them (drop nil).
+function _M.flush(_, drop)
+    if drop then
+        forget(keys_c, drop.key)
+        forget(buckets_c, drop.bucket)
+        return
+    end
     keys_c.t, keys_c.n, buckets_c.t, buckets_c.n = {}, 0, {}, 0
 end
 
@@ -149,41 +164,21 @@ local function valid_bucket(b)
 end
 _M.valid_bucket = valid_bucket
 
--- Load hash `key` into config_dict under `prefix`: field checked by valid_field, value an app
+-- Load hash `key` into config_dict under `prefix` (tollgate.config.hashload: page by page,
+-- what is gone dropped without a walk of the dict): field checked by valid_field, value an app
 -- id. Entries that do not check out are skipped and counted. Returns the count or nil, err.
 local function load_map(red, key, prefix, valid_field)
-    local fresh, bad = {}, 0
-    local ok, err = hashload.each(red, key, function(field, app)
-        if valid_field(field) and keys.valid_id(app) then
-            fresh[field] = app
-        else
-            bad = bad + 1
-            ngx.log(ngx.ERR, "tollgate: bad entry in ", key, " (field of ", #field,
-                " bytes), skipped")
+    local bad, err, full = hashload.into_dict(red, key, cdict, prefix, nil, function(field, app)
+        if keys.valid_id(app) then
+            return true
         end
-    end)
-    if not ok then
+        ngx.log(ngx.ERR, "tollgate: bad entry in ", key, " (field of ", #field, " bytes), skipped")
+        return nil
+    end, valid_field)
+    if not bad then
         return nil, err
     end
-    -- write first, then drop what is gone (an entry is its old or its new value, never none);
-    -- an entry the zone has no room for is counted (ratelimit_config_dict_full_total)
-    local full = 0
-    for field, app in pairs(fresh) do
-        local sok, serr = cdict:safe_set(prefix .. field, app)
-        if not sok then
-            if serr ~= "no memory" then
-                return nil, "config_dict: " .. tostring(serr)
-            end
-            full = full + 1
-        end
-    end
-    local plen = #prefix
-    for _, k in ipairs(cdict:get_keys(0)) do
-        if k:sub(1, plen) == prefix and not fresh[k:sub(plen + 1)] then
-            cdict:delete(k)
-        end
-    end
-    if full > 0 then
+    if full and full > 0 then
         cdict:incr("zone_full_total", full, 0)
         cdict:set("partial", full)      -- ratelimit_config_dict_partial: the alert
         ngx.log(ngx.ERR, "tollgate: config_dict is full: ", full, " entries of ", key,

@@ -54,18 +54,22 @@ local HELP = {
         "Times this node found the config store lost." },
     ratelimit_config_version = { "gauge", "Config version this node enforces." },
     ratelimit_config_full_loads_total = { "counter",
-        "Full loads of the config (new node, change log gap, a change other than an app's)." },
+        "Full loads of the config (new node, change log gap, a change logged as all)." },
     ratelimit_config_changes_applied_total = { "counter",
         "Config changes applied one by one from the change log." },
+    ratelimit_config_cache_wipes_total = { "counter",
+        "Times a worker dropped all its parsed config (a generation without a journal)." },
     ratelimit_config_dict_partial = { "gauge",
         "1 while config_dict could not hold every app (the rest are looked up on demand)." },
     ratelimit_config_dict_full_total = { "counter",
         "App configs config_dict had no room for." },
     ratelimit_config_lookups_total = { "counter",
-        "App configs looked up in Redis on demand (config_dict partial)." },
+        "App configs looked up in Redis on demand (config_dict partial, or a first load)." },
     ratelimit_config_lookup_errors_total = { "counter",
         "On-demand app lookups that failed (the request failed open)." },
     ratelimit_shm_capacity_bytes = { "gauge", "Size of a shared dict (lua_shared_dict) by zone." },
+    ratelimit_worker_lua_memory_bytes = { "gauge",
+        "Lua heap of an nginx worker (collectgarbage count), by worker, noted every second." },
     ratelimit_shm_free_bytes = { "gauge",
         "Free pages of a shared dict by zone (0: new keys only fit in partly used pages)." },
     ratelimit_rule_hits_total = { "counter", "Requests a rule matched, by rule." },
@@ -180,6 +184,13 @@ end
 --- Count a refusal that is not a 429 (those are counted by status) in the node totals.
 function _M.blocked(app)
     extra_blocked[app] = (extra_blocked[app] or 0) + 1
+end
+
+--- Note this worker's Lua heap (every second, from each worker's flush timer): a scrape is
+-- served by one worker and could not read the others'.
+function _M.note_lua_memory()
+    mdict:set('ratelimit_worker_lua_memory_bytes{worker="' .. ngx.worker.id() .. '"}',
+        collectgarbage("count") * 1024)
 end
 
 --- Register fn(gauges), called at every render to add gauges read at scrape time.

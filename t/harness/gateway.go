@@ -32,6 +32,8 @@ type GatewayOptions struct {
 	Backend  string            // host:port the gateway proxies to (default: the test server)
 	// ConfigDict is the size of lua_shared_dict config_dict (default: nginx/tollgate_http.conf's)
 	ConfigDict string
+	// Loading: return once /health answers, before the node reports a loaded config
+	Loading bool
 }
 
 // Gateway is one running nginx with tollgate.
@@ -192,7 +194,7 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 			t.Fatalf("harness: nginx exited at start: %s\n%s", out.String(), g.ErrorLog())
 		default:
 		}
-		if g.healthy() {
+		if g.healthy() || o.Loading && g.answers() {
 			return g
 		}
 		if time.Now().After(deadline) {
@@ -218,6 +220,16 @@ func (g *Gateway) healthy() bool {
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&h)
 	return resp.StatusCode == 200 && h.ConfigVersion != nil
+}
+
+// answers: /health answers at all (whatever its config).
+func (g *Gateway) answers() bool {
+	resp, err := http.Get(g.MetricsURL + "/health")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return true
 }
 
 // PID of the nginx master.

@@ -335,6 +335,45 @@ describe('admin console on a real stack', () => {
     }
   })
 
+  it('11c lists and searches a store of many apps page by page', async () => {
+    // TOLLGATE_E2E_APPS apps (10,000 by default) join the config through one import (the
+    // store's write path: id and value indexes, version bumps), then the console shows a page
+    // and its search finds one of them; the times are printed
+    const n = Number(process.env.TOLLGATE_E2E_APPS ?? 10_000)
+    const res = await api.raw('GET', '/api/v1/config/export')
+    expect(res.status).toBe(200)
+    const doc = await res.json() as { apps: Record<string, unknown>[] }
+    for (let i = 0; i < n; i++) {
+      doc.apps.push({ app_id: `scale-${String(i).padStart(6, '0')}`, cluster_id: 'default', guaranteed_quota: 1,
+        burst_quota: 10, priority: i % 4, c_bw: 1, max_borrow: 0, enabled: true })
+    }
+    const t0 = performance.now()
+    const imp = await api.raw('POST', '/api/v1/config/import?apply=true', doc)
+    expect(imp.status, await imp.clone().text().then((t) => t.slice(0, 500))).toBe(200)
+    timings[`import of ${n} apps (ms, not a render time)`] = performance.now() - t0
+    const total = (await api.raw('GET', '/api/v1/apps?limit=1')).json() as Promise<{ meta: { total: number } }>
+    expect((await total).meta.total).toBeGreaterThanOrEqual(n)
+
+    const { page } = admin
+    const apps = new AppsPage(page, stack.base)
+    let t = performance.now()
+    await apps.goto()
+    timings[`apps list, ${n} apps: first page shown`] = performance.now() - t
+    expect((await apps.ids()).length).toBeGreaterThan(0)
+    await until(async () => ((await byTest(page, 'apps-pager').textContent()) ?? '').replace(/[\s,]/g, '')
+      .includes(`Total${(await total).meta.total}`), 'the pager to show the number of apps')
+    const want = `scale-${String(n - 3).padStart(6, '0')}`
+    t = performance.now()
+    await apps.search(want.toUpperCase())
+    await until(async () => {
+      const ids = await apps.ids()
+      return ids.length === 1 && ids[0] === want
+    }, `the search to show only ${want}`)
+    timings[`apps search, ${n} apps: the one app shown`] = performance.now() - t
+    await screenshot(page, '24-apps-many')
+    await apps.search('')
+  })
+
   it('12 saw no errors in the browser', () => {
     expect(admin.errors).toEqual([])
   })

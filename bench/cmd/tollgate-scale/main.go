@@ -6,6 +6,8 @@
 //   - the store: apps created per second (bulk creation through PutApp);
 //   - a fresh node: time from start to a loaded config, and how many of a random sample of apps
 //     it knows (not 403 unknown_app);
+//   - a full load under traffic: wrk on one app while the node loads every app again (a change
+//     logged as "all"): req/s, p99, and the load's time;
 //   - the request path: wrk on one app (req/s, p99, refused requests, fail-open admissions);
 //   - propagation: API 2xx of an app change → the node enforces it (p50, max of -changes);
 //   - memory: nginx worker private memory, control plane RSS, Redis used_memory;
@@ -71,6 +73,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.rounds, "rounds", 3, "wrk runs on one app (the table shows their medians)")
 	fs.IntVar(&o.active, "active", 1000, "apps given traffic to measure the per-active-app shared dicts")
 	fs.BoolVar(&o.hold, "hold", false, "after measuring the last -apps, keep its stack running until Ctrl-C (to inspect it)")
+	fs.StringVar(&o.configDict, "config-dict", "auto", "size of the node's config_dict (auto: docs/scale.md's rule for N apps)")
 	out := fs.String("out", filepath.Join(repo, "bench", "results", "scale.md"), "Markdown output")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -122,6 +125,7 @@ type options struct {
 	hold        bool
 	active      int
 	rounds      int
+	configDict  string
 	progress    io.Writer
 }
 

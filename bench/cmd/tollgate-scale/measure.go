@@ -50,6 +50,11 @@ type row struct {
 	listErrors   int64
 	zoneFullWarn bool // the node's error.log says a shared dict was full
 	zones        zoneUse
+	configDict   string
+	reloadTime   time.Duration // a full load (change logged as all) → the node on its version
+	reloadRPS    float64       // wrk on one app while the node loads everything
+	reloadP99    time.Duration
+	reloadBad    int64
 }
 
 const (
@@ -108,13 +113,17 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 	}
 	defer cp.stop()
 
-	o.logf("%d apps: a fresh gateway node loads them", n)
+	r.configDict = o.configDict
+	if r.configDict == "auto" {
+		r.configDict = fmt.Sprintf("%dm", configDictSize(n))
+	}
+	o.logf("%d apps: a fresh gateway node loads them (config_dict %s)", n, r.configDict)
 	start := time.Now()
 	node, err := nginxenv.Start(ctx, nginxenv.Options{
 		Variant: nginxenv.Variant{Key: "b", Name: "tollgate", Kind: nginxenv.Lease},
 		Repo:    o.repo, Prefix: filepath.Join(dir, "gateway"), Workers: o.workers,
 		RedisURL: rs.URL(), NodeID: "scale-1", AppID: benchApp, ReadyTimeout: o.ready,
-		Zones: map[string]string{"config_dict": fmt.Sprintf("%dm", configDictSize(n))},
+		Zones: map[string]string{"config_dict": r.configDict},
 	})
 	if err != nil {
 		return r, err
@@ -149,6 +158,11 @@ func measure(ctx context.Context, o options, n int) (row, error) {
 	}
 	r.reqPerSec, r.p99 = median(rates), median(p99s)
 	r.failOpen = scrape(ctx, node.MetricsURL, "ratelimit_fail_open_total") - fo0
+
+	o.logf("%d apps: wrk on one app for %s while the node loads every app again", n, o.duration)
+	if err := fullLoadUnderTraffic(ctx, o, &r, rdb, node); err != nil {
+		return r, err
+	}
 
 	o.logf("%d apps: %d changes through the API, timed until the node enforces them", n, o.changes)
 	api := apiload.New(cp.base, o.writers)
@@ -309,4 +323,44 @@ func propagation(ctx context.Context, api *apiload.Client, node *nginxenv.Node, 
 	}
 	q := apiload.Quantiles(took)
 	return q(0.5), q(1), lost
+}
+
+// fullLoadUnderTraffic runs wrk on the bench app for o.duration and, one second in, announces a
+// change logged as "all" (every node loads everything again); it records wrk's figures and the
+// time from the announcement to the node on the new version.
+func fullLoadUnderTraffic(ctx context.Context, o options, r *row, rdb *redis.Client, node *nginxenv.Node) error {
+	set, err := scripts.New()
+	if err != nil {
+		return err
+	}
+	st := store.New(rdb, set)
+	type result struct {
+		res wrk.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := wrk.Run(ctx, wrk.Options{Threads: 1, Connections: o.connections, Duration: o.duration,
+			Headers: []string{nginxenv.AppHeader + ": " + benchApp}, URL: node.URL()})
+		done <- result{res, err}
+	}()
+	time.Sleep(time.Second)
+	loads := scrape(ctx, node.MetricsURL, "ratelimit_config_full_loads_total")
+	t0 := time.Now()
+	if _, err := st.Bump(ctx, nil); err != nil { // logged as "all"
+		return err
+	}
+	for time.Since(t0) < propTimeout {
+		if scrape(ctx, node.MetricsURL, "ratelimit_config_full_loads_total") > loads {
+			r.reloadTime = time.Since(t0)
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	res := <-done
+	if res.err != nil {
+		return res.err
+	}
+	r.reloadRPS, r.reloadP99, r.reloadBad = res.res.ReqPerSec, res.res.P99, res.res.Non2xx
+	return nil
 }

@@ -30,6 +30,11 @@ func render(o options, rows []row) string {
 	}
 	line("apps created per second (store, 16 writers)", func(r row) string { return fmt.Sprintf("%.0f", r.createRate) })
 	line("fresh node: start → config loaded", func(r row) string { return dur(r.loadTime) })
+	line("config_dict", func(r row) string { return r.configDict })
+	line("full load under traffic: announcement → loaded", func(r row) string { return dur(r.reloadTime) })
+	line("req/s, p99 on one app during that load (non-2xx)", func(r row) string {
+		return fmt.Sprintf("%.0f, %s (%d)", r.reloadRPS, dur(r.reloadP99), r.reloadBad)
+	})
 	line("apps the node knows (of a random sample)", func(r row) string {
 		return fmt.Sprintf("%d / %d", r.known, r.sample)
 	})

@@ -31,16 +31,16 @@ var activeBudget = []struct {
 	{"tollgate_metrics", 4 * 1024},
 }
 
-// configDictSize is config_dict's size for n apps by the docs' formula, in MiB (nginx "Nm").
+// configDictSize is config_dict's size for n apps by the docs' formula, in MiB (nginx "Nm"),
+// never below the 10m of nginx/tollgate_http.conf.
 func configDictSize(n int) int {
 	b := float64(n)*configPerApp*configHeadroom + configFixed
-	return int(math.Ceil(b / (1 << 20)))
+	return max(10, int(math.Ceil(b/(1<<20))))
 }
 
 // zoneUse is what the node's zones hold: config_dict per configured app, and per app with
 // traffic the growth of each per-active-app zone.
 type zoneUse struct {
-	configMiB     int     // config_dict size given to the node (the formula)
 	configPerApp  float64 // bytes of config_dict used per configured app
 	configPartial float64 // ratelimit_config_dict_partial after the load (0: every app held)
 	active        int     // apps given traffic
@@ -56,7 +56,7 @@ func zoneUsed(ctx context.Context, node *nginxenv.Node, zone string) float64 {
 // measureZones reads config_dict's use after the load, then gives `active` apps a few requests
 // each (16 clients) and reads how much each per-active-app zone grew, per app.
 func measureZones(ctx context.Context, o options, node *nginxenv.Node, n, active int) zoneUse {
-	u := zoneUse{configMiB: configDictSize(n), active: active, perActive: map[string]float64{}}
+	u := zoneUse{active: active, perActive: map[string]float64{}}
 	u.configPerApp = zoneUsed(ctx, node, "config_dict") / float64(n)
 	u.configPartial = scrape(ctx, node.MetricsURL, "ratelimit_config_dict_partial")
 	before := map[string]float64{}
@@ -86,16 +86,13 @@ func measureZones(ctx context.Context, o options, node *nginxenv.Node, n, active
 	for _, z := range activeBudget {
 		u.perActive[z.zone] = (zoneUsed(ctx, node, z.zone) - before[z.zone]) / float64(active)
 	}
-	o.logf("%d apps: config_dict %d MiB, %.0f B per app used; %d active apps: %v", n, u.configMiB,
-		u.configPerApp, active, u.perActive)
+	o.logf("%d apps: config_dict %.0f B per app used; %d active apps: %v", n, u.configPerApp,
+		active, u.perActive)
 	return u
 }
 
 // zoneRows are the table's lines for the zones: measured against the documented budget.
 func zoneRows(line func(string, func(r row) string)) {
-	line("config_dict size by the docs' formula", func(r row) string {
-		return fmt.Sprintf("%d MiB", r.zones.configMiB)
-	})
 	line(fmt.Sprintf("config_dict used per app (budget %d B)", configPerApp), func(r row) string {
 		return within(r.zones.configPerApp, configPerApp) +
 			fmt.Sprintf(", apps not held %.0f", r.zones.configPartial)

@@ -21,6 +21,15 @@ func create(c *apiload.Client, seq *atomic.Int64, dryRun bool) func() bool {
 	}
 }
 
+// update changes the burst quota of one of the n seeded apps (a different one each time).
+func update(c *apiload.Client, seq *atomic.Int64, n int) func() bool {
+	return func() bool {
+		k := seq.Add(1)
+		body := fmt.Sprintf(`{"burst_quota":%d}`, 5000+k%100)
+		return c.Do("PUT", fmt.Sprintf("/api/v1/apps/app-%05d", k%int64(max(n, 1))), []byte(body), 200)
+	}
+}
+
 type phase struct {
 	name string
 	req  func() bool

@@ -16,7 +16,6 @@ import (
 	"tollgate/controlplane/internal/config"
 	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/redisconn"
-	"tollgate/internal/ledger"
 	"tollgate/internal/scripts"
 	"tollgate/internal/store"
 )
@@ -103,7 +102,7 @@ func command(log *slog.Logger, name string, args []string) int {
 		return 1
 	}
 	st.SetHooks(g.Hooks())
-	w := durable.Writer{Reader: durable.Reader{Redis: rdb, Store: st}, Ledger: ledger.New(rdb, set)}
+	w := durable.Writer{Reader: durable.Reader{Redis: rdb, Store: st}}
 	al := audit.New(rdb, audit.Options{MaxLen: cfg.Admin.AuditMaxLen, Logger: quiet})
 	actor := "cli"
 	if u, err := user.Current(); err == nil {

@@ -76,7 +76,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 	storeLost := func() (bool, string) { return false, "" }
 	if g := o.Guard; g != nil {
 		us.SetHooks(users.Hooks{Before: g.Hooks().Before, After: func(ctx context.Context) error {
-			_, err := o.Store.Bump(ctx, nil)
+			_, err := o.Store.Bump(store.WithChange(ctx, store.ChangeUser, "-"), nil) // nothing for gateways
 			return err
 		}})
 		storeLost = func() (bool, string) { st := g.Status(); return st.State == "lost", st.Message }
@@ -110,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		Ledger: led, Live: lv, Metrics: m, CORSOrigins: a.CORSOrigins, MetricsToken: a.MetricsToken,
 		PrometheusURL: a.PrometheusURL, ClientLimiter: auth.NewLimiter(a.AnonRate, a.AnonBurst, nil),
 		TrustedProxies: a.TrustedProxies, Guard: o.Guard, Backups: o.Backups,
-		Writer: durable.Writer{Reader: durable.Reader{Redis: o.Redis, Store: o.Store}, Ledger: led}})
+		Writer: durable.Writer{Reader: durable.Reader{Redis: o.Redis, Store: o.Store}}})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"tollgate/controlplane/internal/changes"
 	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/validate"
+	"tollgate/internal/keys"
 	"tollgate/internal/store"
 )
 
@@ -28,44 +29,37 @@ func viewOf(a store.App, l *validate.ConnLimits) appView {
 	return v
 }
 
-type appFilter struct {
-	search   string
-	cluster  string
-	priority int // -1: any
-	enabled  *bool
-}
+// MaxExamined bounds the candidates one list request with several value filters checks (see
+// listApps); a variable for the tests.
+var MaxExamined int64 = 5000
 
-func (f appFilter) match(a store.App) bool {
-	return (f.search == "" || strings.HasPrefix(strings.ToLower(a.AppID), f.search)) &&
-		(f.cluster == "" || a.ClusterID == f.cluster) &&
-		(f.priority < 0 || a.Priority == f.priority) &&
-		(f.enabled == nil || a.Enabled == *f.enabled)
-}
-
-func parseAppFilter(c *gin.Context) (appFilter, error) {
-	f := appFilter{search: strings.ToLower(c.Query("search"))}
-	if len(f.search) > 128 {
+func parseAppFilter(c *gin.Context) (store.AppFilter, error) {
+	f := store.AppFilter{Prefix: strings.ToLower(c.Query("search"))}
+	if len(f.Prefix) > 128 {
 		return f, errBadRequest("invalid_query", "search must be at most 128 bytes")
 	}
 	var err error
-	if f.cluster, err = queryID(c, "cluster_id"); err != nil {
+	if f.Cluster, err = queryID(c, "cluster_id"); err != nil {
 		return f, err
 	}
-	if f.priority, err = queryInt(c, "priority", -1, 0, 3); err != nil {
+	p, err := queryInt(c, "priority", -1, 0, 3)
+	if err != nil {
 		return f, err
 	}
-	f.enabled, err = queryBool(c, "enabled")
+	if p >= 0 {
+		f.Priority = &p
+	}
+	f.Enabled, err = queryBool(c, "enabled")
 	return f, err
 }
 
-// onlySearch: the filter is at most an id prefix, which the id index answers.
-func (f appFilter) onlySearch() bool {
-	return f.cluster == "" && f.priority < 0 && f.enabled == nil
-}
-
-// listApps: GET /apps?page=&limit=&search=&cluster_id=&priority=&enabled= — search is an id
-// prefix (case ignored). Without the other filters a page is read from the id index (one page
-// of apps from Redis, whatever their number); with them, the cached list is filtered.
+// listApps: GET /apps?page=&limit=&search=&cluster_id=&priority=&enabled=&after= — search is an
+// id prefix (case ignored). With at most one of cluster_id, priority and enabled a page is read
+// from the id index or that filter's value index (one page of apps from Redis, whatever their
+// number) and meta has the exact total. With two or more, the smallest of their indexes is
+// walked from after (an app id, exclusive) and each candidate checked against the others; one
+// request examines at most MaxExamined candidates, and meta.next, when present, is the after of
+// the next request (meta.total is then absent; meta.total_at_most bounds it).
 func (s *server) listApps(c *gin.Context) {
 	page, err := queryInt(c, "page", 1, 1, 1000000)
 	if err != nil {
@@ -82,30 +76,41 @@ func (s *server) listApps(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	after, hasAfter := c.GetQuery("after")
 	ctx := c.Request.Context()
 	var pageApps []store.App
-	var total int
-	if f.onlySearch() {
-		p, err := s.opts.Changes.PageApps(ctx, f.search, int64(page-1)*int64(limit), int64(limit))
+	var meta gin.H
+	switch n := f.ValueFilters(); {
+	case n >= 2:
+		if page > 1 {
+			s.fail(c, errBadRequest("invalid_query", "with more than one of cluster_id, priority and enabled, page through meta.next with after=, not page="))
+			return
+		}
+		if hasAfter && !keys.ValidID(after) {
+			s.fail(c, errBadRequest("invalid_query", "after must be an app id"))
+			return
+		}
+		sc, err := s.opts.Changes.ScanApps(ctx, f, after, int64(limit), MaxExamined)
 		if err != nil {
 			s.fail(c, err)
 			return
 		}
-		pageApps, total = p.Apps, int(p.Total)
-	} else {
-		all, err := s.opts.Changes.ListApps(ctx)
+		pageApps = sc.Apps
+		meta = gin.H{"limit": limit, "examined": sc.Examined, "total_at_most": sc.AtMost}
+		if sc.Next != "" {
+			meta["next"] = sc.Next
+		}
+	default:
+		if hasAfter {
+			s.fail(c, errBadRequest("invalid_query", "after pages a list with more than one of cluster_id, priority and enabled; use page="))
+			return
+		}
+		p, err := s.opts.Changes.PageApps(ctx, f, int64(page-1)*int64(limit), int64(limit))
 		if err != nil {
 			s.fail(c, err)
 			return
 		}
-		matched := make([]store.App, 0, len(all)) // all is shared: never filter it in place
-		for _, a := range all {
-			if f.match(a) {
-				matched = append(matched, a)
-			}
-		}
-		from := min((page-1)*limit, len(matched))
-		pageApps, total = matched[from:min(from+limit, len(matched))], len(matched)
+		pageApps, meta = p.Apps, gin.H{"total": p.Total, "page": page, "limit": limit}
 	}
 	conns, err := s.opts.Changes.Connections(ctx, pageApps)
 	if err != nil {
@@ -116,7 +121,7 @@ func (s *server) listApps(c *gin.Context) {
 	for _, a := range pageApps {
 		out = append(out, viewOf(a, conns[a.AppID]))
 	}
-	okMeta(c, out, gin.H{"total": total, "page": page, "limit": limit})
+	okMeta(c, out, meta)
 }
 
 func (s *server) getApp(c *gin.Context) {

@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/ledger"
 	"tollgate/internal/store"
@@ -150,15 +151,27 @@ func (s *server) putClusterConnections(c *gin.Context) {
 	s.answerChange(c, out, err, false, func() (any, error) { return s.clusterView(c, w.id) })
 }
 
-// listConnections: the connection limits of every app and cluster with their usage summed
-// over the gateway nodes.
+// listConnections: GET /connections?page=&limit= — the connection limits of one page of apps
+// in id order (read from the id index: never every app) and the usage per app and cluster summed
+// over the gateway nodes; meta.total is the number of apps.
 func (s *server) listConnections(c *gin.Context) {
-	ctx := c.Request.Context()
-	apps, err := s.opts.Changes.ListApps(ctx)
+	page, err := queryInt(c, "page", 1, 1, 1000000)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
+	limit, err := queryInt(c, "limit", 1000, 1, 1000)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx := c.Request.Context()
+	p, err := s.opts.Changes.PageApps(ctx, store.AppFilter{}, int64(page-1)*int64(limit), int64(limit))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	apps := p.Apps
 	limits, err := s.opts.Changes.Connections(ctx, apps)
 	if err != nil {
 		s.fail(c, err)
@@ -170,10 +183,20 @@ func (s *server) listConnections(c *gin.Context) {
 		return
 	}
 	out := make([]gin.H, 0, len(apps))
+	onPage := make(map[string]bool, len(apps))
 	for _, a := range apps {
 		out = append(out, gin.H{"app_id": a.AppID, "cluster_id": a.ClusterID, "limits": limits[a.AppID]})
+		onPage[a.AppID] = true
 	}
-	okMeta(c, gin.H{"apps": out, "usage": usage}, gin.H{"total": len(out)})
+	// the usage of the page's apps only (the snapshot has every app with connection state)
+	pageUsage := usage
+	pageUsage.Apps = make([]live.AppConnections, 0, len(apps))
+	for _, u := range usage.Apps {
+		if onPage[u.AppID] {
+			pageUsage.Apps = append(pageUsage.Apps, u)
+		}
+	}
+	okMeta(c, gin.H{"apps": out, "usage": pageUsage}, gin.H{"total": p.Total, "page": page, "limit": limit})
 }
 
 func (s *server) getConnections(c *gin.Context) {

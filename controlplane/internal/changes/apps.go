@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
-	"tollgate/internal/ledger"
 	"tollgate/internal/store"
 )
 
@@ -54,16 +52,19 @@ func (s *Service) GetApp(ctx context.Context, id string) (validate.App, error) {
 	return validate.App{App: a, Connections: conns[a.AppID]}, nil
 }
 
-// ListApps returns every app, sorted by id (cached per config version: see Catalog). The slice
-// is shared: callers must not modify it.
-func (s *Service) ListApps(ctx context.Context) ([]store.App, error) {
-	return s.o.Catalog.ListApps(ctx)
+// PageApps returns one page of the apps that match f (at most one value filter), in id order,
+// and how many match: read from the id index or the filter's value index, never every app.
+func (s *Service) PageApps(ctx context.Context, f store.AppFilter, offset, limit int64) (store.AppPage, error) {
+	if f.ValueFilters() == 0 {
+		return s.o.Store.PageApps(ctx, f.Prefix, offset, limit)
+	}
+	return s.o.Store.PageAppsWhere(ctx, f, offset, limit)
 }
 
-// PageApps returns one page of the apps whose id starts with prefix (ignoring case), in id
-// order, and how many match: read from the id index, never every app.
-func (s *Service) PageApps(ctx context.Context, prefix string, offset, limit int64) (store.AppPage, error) {
-	return s.o.Store.PageApps(ctx, prefix, offset, limit)
+// ScanApps returns up to limit apps after the id after that match f (two or more value
+// filters), examining at most maxExamined candidates (see store.ScanAppsWhere).
+func (s *Service) ScanApps(ctx context.Context, f store.AppFilter, after string, limit, maxExamined int64) (store.AppScan, error) {
+	return s.o.Store.ScanAppsWhere(ctx, f, after, limit, maxExamined)
 }
 
 // Connections reads the connection limits of apps in one pipeline; apps without limits in
@@ -191,8 +192,9 @@ func (s *Service) restoreConn(ctx context.Context, k string, old []any) {
 }
 
 // DeleteApp removes an app: out of the index first, with its access keys and buckets (gateways
-// answer unknown_app from the next notice on), then its L2, lease, stats and connection keys, then its allocation leaves L1 by
-// l1_reconcile, which recomputes allocated/borrowed/available from the remaining apps.
+// answer unknown_app from the next notice on), then its allocation leaves L1 and its L2 bucket is
+// deleted by app_remove (the app's quota and debt subtracted from the cluster's maintained sums:
+// no read of the cluster's other apps), then its lease, stats and connection keys.
 func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) (Outcome, error) {
 	cur, err := s.GetApp(ctx, id)
 	if err != nil {
@@ -205,37 +207,20 @@ func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) 
 	}
 	c := cur.ClusterID
 	// the app, then its access keys and buckets, leave in one config version
-	v, err := s.o.Store.Bump(ctx, func(ctx context.Context) error {
+	v, err := s.o.Store.Bump(store.WithChange(ctx, store.ChangeApp, id), func(ctx context.Context) error {
 		if err := s.o.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}
 		return s.o.Store.RemoveAppIdentity(ctx, id)
 	})
 	if err == nil {
-		err = s.o.Redis.Del(ctx, keys.L2(c, id), keys.Leases(c, id), keys.Nodes(c, id),
-			keys.Stats(c, id), keys.ConnConfig(c, id)).Err()
+		_, err = s.o.Store.ReleaseApp(ctx, c, id)
 	}
 	if err == nil {
-		err = s.reconcile(ctx, c, id)
+		err = s.o.Redis.Del(ctx, keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id),
+			keys.ConnConfig(c, id)).Err()
 	}
 	out.Version, out.Written = v, err == nil
 	s.record(ctx, actor, "app.delete", "app/"+id, out, err)
 	return out, err
-}
-
-func (s *Service) reconcile(ctx context.Context, cluster, removed string) error {
-	var err error
-	for i := 0; i < 3; i++ {
-		var apps []string
-		if apps, err = s.o.Store.ClusterApps(ctx, cluster); err != nil {
-			return err
-		}
-		if !slices.Contains(apps, removed) {
-			apps = append(apps, removed) // its zset entry may still be there: l1_reconcile drops it
-		}
-		if _, err = s.o.Ledger.ReconcileCluster(ctx, cluster, apps); !errors.Is(err, ledger.ErrStaleAppList) {
-			return err
-		}
-	}
-	return err
 }

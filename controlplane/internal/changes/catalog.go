@@ -2,68 +2,26 @@ package changes
 
 import (
 	"context"
-	"sync"
 
 	"tollgate/internal/store"
 )
 
 // CatalogStore is what the catalog reads (implemented by *store.Store).
 type CatalogStore interface {
-	ListApps(ctx context.Context) ([]store.App, error)
 	GetCluster(ctx context.Context, id string) (store.Cluster, error)
-	ConfigVersion(ctx context.Context) (int64, error)
 	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
 	ClusterAllocated(ctx context.Context, cluster string) (int64, error)
 }
 
-// Catalog caches the app list per config version: every write of an app bumps the version
-// after writing the index, so while the version stays, the list read at it is current, and a
-// read costs one GET instead of an HSCAN of every app. It implements validate.State, so the
-// validator checks changes against the same list. The returned slice is shared: read only.
+// Catalog is what the validator and the rules read of the config: a cluster, the apps of a
+// change by id, a cluster's maintained allocated sum. Each read costs the same whatever the
+// number of apps; nothing here lists every app (lists page the id and value indexes).
 type Catalog struct {
-	st      CatalogStore
-	reading sync.Mutex // one HSCAN at a time: concurrent misses share its result
-	mu      sync.Mutex
-	version int64
-	apps    []store.App
+	st CatalogStore
 }
 
 // NewCatalog returns a catalog over st.
 func NewCatalog(st CatalogStore) *Catalog { return &Catalog{st: st} }
-
-// ListApps returns every app sorted by id, as of the current config version.
-func (c *Catalog) ListApps(ctx context.Context) ([]store.App, error) {
-	v, err := c.st.ConfigVersion(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if apps, ok := c.cached(v); ok {
-		return apps, nil
-	}
-	c.reading.Lock()
-	defer c.reading.Unlock()
-	if apps, ok := c.cached(v); ok { // read by the caller we waited for
-		return apps, nil
-	}
-	apps, err := c.st.ListApps(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if c.apps == nil || c.version <= v {
-		c.apps, c.version = apps, v
-	}
-	c.mu.Unlock()
-	return apps, nil
-}
-
-// cached returns the list if it was read at version v or later (a list read after v is as
-// current as one read at v).
-func (c *Catalog) cached(v int64) ([]store.App, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.apps, c.apps != nil && c.version >= v
-}
 
 // GetCluster reads a cluster (not cached: one HMGET).
 func (c *Catalog) GetCluster(ctx context.Context, id string) (store.Cluster, error) {

@@ -41,7 +41,6 @@ type Store interface {
 	PutApp(ctx context.Context, a store.App) (store.Allocation, error)
 	GetCluster(ctx context.Context, id string) (store.Cluster, error)
 	PutCluster(ctx context.Context, c store.Cluster) (store.Allocation, error)
-	ListApps(ctx context.Context) ([]store.App, error)
 	ListClusters(ctx context.Context) ([]string, error)
 	ClusterApps(ctx context.Context, cluster string) ([]string, error)
 	ConfigVersion(ctx context.Context) (int64, error)
@@ -60,7 +59,10 @@ type Store interface {
 	GetApps(ctx context.Context, ids []string) (map[string]store.App, error)
 	ClusterAllocated(ctx context.Context, cluster string) (int64, error)
 	RemoveApp(ctx context.Context, id string) error
+	ReleaseApp(ctx context.Context, cluster, id string) (store.Allocation, error)
 	PageApps(ctx context.Context, prefix string, offset, limit int64) (store.AppPage, error)
+	PageAppsWhere(ctx context.Context, f store.AppFilter, offset, limit int64) (store.AppPage, error)
+	ScanAppsWhere(ctx context.Context, f store.AppFilter, after string, limit, maxExamined int64) (store.AppScan, error)
 }
 
 // Validator validates changes (implemented by *validate.Validator).
@@ -93,7 +95,7 @@ type Options struct {
 	Emergency Emergency
 	Audit     Auditor
 	Redis     redis.Cmdable // connection-limit hashes
-	Catalog   *Catalog      // cached app list (default: NewCatalog(Store)); give the validator the same
+	Catalog   *Catalog      // what the validator reads (default: NewCatalog(Store)); give the validator the same
 	Logger    *slog.Logger
 }
 

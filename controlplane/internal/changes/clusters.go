@@ -72,7 +72,7 @@ func (s *Service) PutAppConnections(ctx context.Context, actor, id string, l val
 	if err != nil || dryRun {
 		return out, err
 	}
-	out.Version, err = s.o.Store.Bump(ctx, func(ctx context.Context) error {
+	out.Version, err = s.o.Store.Bump(store.WithChange(ctx, store.ChangeConnApp, id), func(ctx context.Context) error {
 		return s.o.Redis.HSet(ctx, keys.ConnConfig(cur.ClusterID, id), "max_connections", l.MaxConnections,
 			"burst_connections", l.BurstConnections).Err()
 	})
@@ -114,7 +114,7 @@ func (s *Service) PutClusterConnections(ctx context.Context, actor, cluster stri
 		return out, nil
 	}
 	ratio := strconv.FormatFloat(l.ReservedRatio, 'f', -1, 64)
-	out.Version, err = s.o.Store.Bump(ctx, func(ctx context.Context) error {
+	out.Version, err = s.o.Store.Bump(store.WithChange(ctx, store.ChangeConnCluster, cluster), func(ctx context.Context) error {
 		return s.o.Redis.HSet(ctx, keys.ConnCluster(cluster), "max_connections", l.MaxConnections,
 			"reserved_ratio", ratio).Err()
 	})

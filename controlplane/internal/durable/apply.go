@@ -3,14 +3,11 @@ package durable
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
-	"tollgate/internal/ledger"
 	"tollgate/internal/store"
 )
 
@@ -24,14 +21,14 @@ func (e *InvalidError) Error() string {
 // Writer writes a document into Redis through the store (scripts, version bumps, WAIT).
 type Writer struct {
 	Reader
-	Ledger *ledger.Ledger // l1_reconcile after an app is removed
 }
 
 // deleteApp removes an app as the admin API does: out of the index (with the version bump),
-// then its L2, lease, stats and connection keys, then its allocation leaves L1.
+// then its allocation leaves L1 and its L2 goes (app_remove: no read of the cluster's other
+// apps), then its lease, stats and connection keys.
 func (w Writer) deleteApp(ctx context.Context, a App) error {
 	c, id := a.ClusterID, a.AppID
-	if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
+	if _, err := w.Store.Bump(store.WithChange(ctx, store.ChangeApp, id), func(ctx context.Context) error {
 		if err := w.Store.RemoveApp(ctx, id); err != nil {
 			return err
 		}
@@ -39,24 +36,10 @@ func (w Writer) deleteApp(ctx context.Context, a App) error {
 	}); err != nil {
 		return err
 	}
-	if err := w.Redis.Del(ctx, keys.L2(c, id), keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id),
-		keys.ConnConfig(c, id)).Err(); err != nil {
+	if _, err := w.Store.ReleaseApp(ctx, c, id); err != nil {
 		return err
 	}
-	var err error
-	for i := 0; i < 3; i++ {
-		var apps []string
-		if apps, err = w.Store.ClusterApps(ctx, c); err != nil {
-			return err
-		}
-		if !slices.Contains(apps, id) {
-			apps = append(apps, id)
-		}
-		if _, err = w.Ledger.ReconcileCluster(ctx, c, apps); !errors.Is(err, ledger.ErrStaleAppList) {
-			return err
-		}
-	}
-	return err
+	return w.Redis.Del(ctx, keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id), keys.ConnConfig(c, id)).Err()
 }
 
 // Plan checks doc against the store's current config cur: the violations of the document, and

@@ -112,7 +112,7 @@ func (s *Service) PutBreaker(ctx context.Context, actor, name string, f BreakerF
 	b, vs := BuildBreaker(f, name)
 	a := attempt{actor: actor, action: action("breaker", "put", dryRun), resource: "breaker/" + name}
 	a.out.Validation = result(dryRun, vs, diff("breakers["+name+"]", cur, &b))
-	out, err = s.finish(ctx, a, "breaker", vs, func(ctx context.Context) error {
+	out, err = s.finish(ctx, a, "breaker", name, vs, func(ctx context.Context) error {
 		doc, err := marshal(b)
 		if err != nil {
 			return err
@@ -133,7 +133,7 @@ func (s *Service) DeleteBreaker(ctx context.Context, actor, name string, dryRun 
 	}
 	a := attempt{actor: actor, action: action("breaker", "delete", dryRun), resource: "breaker/" + name}
 	a.out.Validation = result(dryRun, nil, diff("breakers["+name+"]", cur, (*Breaker)(nil)))
-	return s.finish(ctx, a, "breaker", nil, func(ctx context.Context) error {
+	return s.finish(ctx, a, "breaker", name, nil, func(ctx context.Context) error {
 		return s.o.Redis.HDel(ctx, keys.BreakersIndex(), name).Err()
 	})
 }

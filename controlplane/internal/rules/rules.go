@@ -12,6 +12,7 @@ import (
 
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
+	"tollgate/internal/store"
 )
 
 // ListRules returns every rule with its counters, in the order gateways check them: priority,
@@ -136,7 +137,7 @@ func (s *Service) CreateRule(ctx context.Context, actor string, f RuleFields, dr
 	now := s.o.Now().Unix()
 	r.CreatedAt, r.UpdatedAt, r.UpdatedBy = now, now, actor
 	a.out.Validation = result(dryRun, vs, diff("rules["+safeID(r.ID)+"]", (*Rule)(nil), &r))
-	return s.finish(ctx, a, "rule", vs, func(ctx context.Context) error {
+	return s.finish(ctx, a, "rule", r.ID, vs, func(ctx context.Context) error {
 		doc, err := marshal(r)
 		if err != nil {
 			return err
@@ -164,7 +165,7 @@ func (s *Service) UpdateRule(ctx context.Context, actor, id string, f RuleFields
 	r.CreatedAt, r.UpdatedAt, r.UpdatedBy = cur.CreatedAt, s.o.Now().Unix(), actor
 	a := attempt{actor: actor, action: action("rule", "update", dryRun), resource: "rule/" + id}
 	a.out.Validation = result(dryRun, vs, diff("rules["+id+"]", &cur, &r))
-	return s.finish(ctx, a, "rule", vs, func(ctx context.Context) error {
+	return s.finish(ctx, a, "rule", id, vs, func(ctx context.Context) error {
 		doc, err := marshal(r)
 		if err != nil {
 			return err
@@ -181,7 +182,7 @@ func (s *Service) DeleteRule(ctx context.Context, actor, id string, dryRun bool)
 	}
 	a := attempt{actor: actor, action: action("rule", "delete", dryRun), resource: "rule/" + id}
 	a.out.Validation = result(dryRun, nil, diff("rules["+id+"]", &cur, (*Rule)(nil)))
-	return s.finish(ctx, a, "rule", nil, func(ctx context.Context) error {
+	return s.finish(ctx, a, "rule", id, nil, func(ctx context.Context) error {
 		if err := s.o.Redis.HDel(ctx, keys.RulesIndex(), id).Err(); err != nil {
 			return err
 		}
@@ -191,18 +192,21 @@ func (s *Service) DeleteRule(ctx context.Context, actor, id string, dryRun bool)
 
 // finish answers a checked change: rejected when it has violations or a conflict, done
 // when a dry run, else written; audited in every case.
-func (s *Service) finish(ctx context.Context, a attempt, kind string, vs []validate.Violation, fn func(context.Context) error) (Outcome, error) {
+func (s *Service) finish(ctx context.Context, a attempt, kind, id string, vs []validate.Violation, fn func(context.Context) error) (Outcome, error) {
 	switch {
 	case len(vs) > 0:
 		a.err = &InvalidError{Kind: kind, Result: a.out.Validation}
 	case a.err != nil:
 	case a.out.Validation.DryRun:
 	default:
-		a.err = s.write(ctx, &a.out, fn)
+		a.err = s.write(ctx, changeKind[kind], id, &a.out, fn)
 	}
 	s.record(ctx, a)
 	return a.out, a.err
 }
+
+// changeKind is the change-log kind of a rule or breaker write.
+var changeKind = map[string]string{"rule": store.ChangeRule, "breaker": store.ChangeBreaker}
 
 // action is the audit action of a change: "<kind>.<verb>", or "<kind>.validate" for a dry run.
 func action(kind, verb string, dryRun bool) string {

@@ -104,9 +104,10 @@ func (s *Service) record(ctx context.Context, a attempt) {
 		Outcome: outcome, Details: audit.Details(d)})
 }
 
-// write runs fn (the hash write) through the store's bump, filling the outcome.
-func (s *Service) write(ctx context.Context, out *Outcome, fn func(context.Context) error) error {
-	v, err := s.o.Store.Bump(ctx, fn)
+// write runs fn (the hash write) through the store's bump, logged as a change of that one rule
+// or breaker (kind store.ChangeRule or store.ChangeBreaker), filling the outcome.
+func (s *Service) write(ctx context.Context, kind, id string, out *Outcome, fn func(context.Context) error) error {
+	v, err := s.o.Store.Bump(store.WithChange(ctx, kind, id), fn)
 	if err != nil {
 		return err
 	}

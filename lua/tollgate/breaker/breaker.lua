@@ -75,7 +75,14 @@ function _M.compile(generation)
     by_name, N = t, n
     kcache, kcache_n = {}, 0
 end
-config.on_generation(_M.compile)
+-- a generation that changed no breaker keeps the compiled ones
+config.on_generation(function(g, drop)
+    if drop and not drop.breaker and compiled_gen ~= nil then
+        compiled_gen = g
+        return
+    end
+    _M.compile(g)
+end)
 
 local function keys_of(K)
     local kt = kcache[K]

@@ -11,6 +11,8 @@ local type = type
 local floor = math.floor
 local pairs = pairs
 
+local unpack = unpack
+
 local _M = {}
 
 local CDICT_KEY = "breakers"
@@ -129,6 +131,38 @@ function _M.reload(red, cdict)
     ok, err = cdict:safe_set(CDICT_KEY, cjson.encode(fresh))
     if not ok then
         return nil, "config_dict: " .. tostring(err)
+    end
+    return bad
+end
+
+--- Apply changed breakers `names` (one HMGET of `ratelimit:breakers`): each is set to its new
+--- config, removed when gone, or kept when it does not parse. Returns the number of damaged
+--- entries, or nil, err.
+function _M.apply(red, cdict, names)
+    local vals, err = red:hmget(keys.breakers_index(), unpack(names))
+    if not vals then
+        return nil, err
+    end
+    local t = cjson.decode(cdict:get(CDICT_KEY) or "{}") or {}
+    local bad = 0
+    for i, name in ipairs(names) do
+        local json = vals[i]
+        if json == ngx.null or json == nil then
+            t[name] = nil
+        else
+            local c, perr, code = _M.parse(name, cjson.decode(json))
+            if c then
+                t[name] = c
+            else
+                bad = bad + 1
+                ngx.log(ngx.ERR, "tollgate: bad config of breaker ", name, " (", tostring(perr),
+                    " ", tostring(code), "), keeping the last good one")
+            end
+        end
+    end
+    local ok, serr = cdict:safe_set(CDICT_KEY, next(t) and cjson.encode(t) or "{}")
+    if not ok then
+        return nil, "config_dict: " .. tostring(serr)
     end
     return bad
 end

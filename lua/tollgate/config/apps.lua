@@ -105,8 +105,9 @@ function _M.publish_generation(always)
     end
 end
 
---- Call fn(generation) whenever this worker starts using a new config generation (on the
--- request path, before the request that noticed it is served).
+--- Call fn(generation, drop) whenever this worker starts using a new config generation (on the
+-- request path, before the request that noticed it is served); drop names what changed since
+-- the worker's last generation ({ kind = { id = true } }), nil for everything.
 function _M.on_generation(fn)
     on_generation[#on_generation + 1] = fn
 end
@@ -133,17 +134,66 @@ function _M.current()
     return get_generation() == cache_version
 end
 
+-- The journal of generations: "chg:<generation>" in config_dict names what that generation
+-- changed ("<kind> <id>" lines: app, key, bucket, rule, breaker, cluster, conn_app,
+-- conn_cluster, user), written by whoever moved the generation for a change (the change log,
+-- the connection limits' refresh); a generation without one (a full load) changes everything.
+local JOURNAL_TTL = 300     -- seconds; a worker further behind than that drops everything
+local JOURNAL_MAX = 256     -- generations; the same
+_M.JOURNAL_TTL = JOURNAL_TTL
+
+-- What changed between generations `from` and `to`: { kind = { id = true } }, or nil when
+-- anything may have (no journal for one of them, or too far apart).
+local function changed_since(from, to)
+    if not from or to <= from or to - from > JOURNAL_MAX then
+        return nil
+    end
+    local drop = {}
+    for g = from + 1, to do
+        local s = cdict:get("chg:" .. g)
+        if not s then
+            return nil
+        end
+        for kind, id in s:gmatch("(%S+) (%S+)") do
+            local t = drop[kind]
+            if not t then
+                t = {}
+                drop[kind] = t
+            end
+            t[id] = true
+        end
+    end
+    return drop
+end
+
 --- Bring this worker's per-generation caches up to the current config generation (the request
--- path does it through cached() and app()). Returns the generation, nil when no config was
+-- path does it through cached() and app()): the entries the generations' journals name are
+-- dropped (every entry without a journal), and each on_generation function is called with the
+-- generation and that list (nil: everything). Returns the generation, nil when no config was
 -- ever loaded.
 function _M.refresh()
     local v = get_generation()
     if v ~= nil and v ~= cache_version then
-        cache = {}
-        cache_n = 0
+        local drop = changed_since(cache_version, v)
+        if drop then
+            for id in pairs(drop.app or {}) do
+                if cache[id] ~= nil then
+                    cache[id] = nil
+                    cache_n = cache_n - 1
+                end
+            end
+        else
+            if cache_version then
+                cdict:incr("cache_wipes", 1, 0)     -- ratelimit_config_cache_wipes_total
+                ngx.log(ngx.INFO, "tollgate: worker drops its parsed config (generation ",
+                    cache_version, " -> ", v, ")")
+            end
+            cache = {}
+            cache_n = 0
+        end
         cache_version = v
         for i = 1, #on_generation do
-            on_generation[i](v)
+            on_generation[i](v, drop)
         end
     end
     return v
@@ -161,9 +211,10 @@ function _M.app(id)
     local s = cdict:get("app:" .. id)
     if s then
         a = parse_app(id, s) or false
-    elseif lookup and cdict:get("partial") then
-        -- the zone holds only part of the apps: ask Redis (bounded by the cache below, dropped
-        -- with it on the next generation); a Redis that does not answer refuses nothing
+    elseif lookup and (cdict:get("partial") or cdict:get("loading")) then
+        -- the zone holds only part of the apps, or a first load is still under way: ask Redis
+        -- (bounded by the cache below, dropped with it on a full load's generation or when the
+        -- app changes); a Redis that does not answer refuses nothing
         -- (nil: fail-open, as before any config)
         local json, err = lookup(id)
         if json then
@@ -286,9 +337,14 @@ function _M.publish()
 end
 
 --- Tell every worker that state compiled from config_dict or connlimit_dict is stale (no-op
--- while no config was ever loaded: nothing is compiled then).
-function _M.bump()
-    if cdict:incr("generation", 1) then
+-- while no config was ever loaded: nothing is compiled then): the entries `journal` names
+-- ({"<kind> <id>", ...}), or everything without one.
+function _M.bump(journal)
+    local g = cdict:incr("generation", 1)
+    if g then
+        if journal then
+            cdict:safe_set("chg:" .. g, table.concat(journal, "\n"), JOURNAL_TTL)
+        end
         genpage.publish(gpage, get_generation)
     end
 end
@@ -303,6 +359,7 @@ metrics.add_gauges(function(gauges)
     gauges["ratelimit_config_store_lost_total"] = _M.store_lost_total()
     gauges["ratelimit_config_full_loads_total"] = cdict:get("full_loads") or 0
     gauges["ratelimit_config_changes_applied_total"] = cdict:get("changes_applied") or 0
+    gauges["ratelimit_config_cache_wipes_total"] = cdict:get("cache_wipes") or 0
     gauges["ratelimit_config_dict_partial"] = cdict:get("partial") and 1 or 0
     gauges["ratelimit_config_dict_full_total"] = cdict:get("zone_full_total") or 0
     gauges["ratelimit_config_lookups_total"] = cdict:get("lookups") or 0

@@ -7,6 +7,8 @@ local rules_parse = require("tollgate.rules.parse")
 local breaker_config = require("tollgate.breaker.config")
 local hashload = require("tollgate.config.hashload")
 local apps = require("tollgate.config.apps")
+local connconf = require("tollgate.conn.config")
+local s3 = require("tollgate.s3")
 
 local tonumber = tonumber
 local unpack = unpack
@@ -16,6 +18,11 @@ local _M = {}
 local cdict = ngx.shared.config_dict
 local parse_app = apps.parse_app
 local add_clusters = apps.add_clusters
+local JOURNAL_TTL = apps.JOURNAL_TTL
+
+local function identity_valid_bucket(b)
+    return require("tollgate.identity").valid_bucket(b)
+end
 
 -- Compare the store's epoch and version with what this gateway knows: a store whose epoch is
 -- gone or another, or whose version went back, is not obeyed (docs/design.md §8: the last good
@@ -72,42 +79,45 @@ local MAX_CHANGES = 1000    -- further behind than that: a full load
 local GAP_WAIT = 0.2        -- seconds a missing change may take to appear in the log
 local gap_version, gap_since    -- worker 0: the first missing version, since when
 
---- Apply the change log (ratelimit:config:changes) from the version this node holds up to
--- `version` (worker 0, after check_store): one HMGET of the changed apps, each written as a
--- whole (or removed when gone), then one new generation. Returns the version and the list of
--- the changed apps' configs; or nil, "reload" when the node must load everything (no config yet,
--- a gap or trimmed log, a change other than an app's, too far behind); or nil, err.
-function _M.apply_changes(red, version)
-    local have = cdict:get("version")
-    if not have or cdict:get("store_lost") or version < have then
-        return nil, "reload"
-    end
-    if version == have then
-        return version, {}
-    end
-    if version - have > MAX_CHANGES then
-        return nil, "reload"
-    end
+-- The kinds a node applies one by one (internal/store/changes.go), each with the check of its id;
+-- any other kind ("all", or one this gateway does not know) is a full load.
+local KINDS = {
+    app = keys.valid_id, key = s3.valid_key, bucket = identity_valid_bucket,
+    rule = keys.valid_id, breaker = keys.valid_id, cluster = keys.valid_id,
+    conn_app = keys.valid_id, conn_cluster = keys.valid_id, user = function() return true end,
+}
+
+-- Read the contiguous run of versions after `have` (up to `version`) from the change log:
+-- { kind = {ids...} } with each id once, the last version read, the number of entries; or nil,
+-- "reload" (a kind applied by a full load) or nil, err. A missing version is a writer still
+-- between INCR and ZADD (applied on the next round) or one that never logs (an older control
+-- plane, a trimmed log): still missing after GAP_WAIT, everything is loaded.
+local function read_log(red, have, version)
     local log, err = red:zrangebyscore(keys.config_changes(), "(" .. have, version)
     if not log then
         return nil, err
     end
-    -- the contiguous run of changes after `have`; a missing version is a writer still between
-    -- INCR and ZADD (applied on the next round) or one that never logs (an older control plane,
-    -- a trimmed log): still missing after GAP_WAIT, everything is loaded
-    local ids, seen, upto = {}, {}, have
+    local by, seen, upto = {}, {}, have
     for i = 1, #log do
         local v, kind, id = log[i]:match("^(%d+) (%S+) (%S+)$")
-        if tonumber(v) ~= have + i then
-            break
+        v = tonumber(v)
+        if v ~= upto and v ~= upto + 1 then
+            break       -- a gap (entries of one version come in one ZADD: all or none)
         end
-        if kind ~= "app" or not keys.valid_id(id) then
+        local valid = KINDS[kind]
+        if not valid or not valid(id) then
             return nil, "reload"
         end
-        upto = have + i
-        if not seen[id] then
-            seen[id] = true
-            ids[#ids + 1] = id
+        upto = v
+        local k = kind .. " " .. id
+        if not seen[k] then
+            seen[k] = true
+            local l = by[kind]
+            if not l then
+                l = {}
+                by[kind] = l
+            end
+            l[#l + 1] = id
         end
     end
     if upto < version then
@@ -118,22 +128,30 @@ function _M.apply_changes(red, version)
             gap_version = nil
             return nil, "reload"
         end
-        if upto == have then
-            return have, {}
-        end
     else
         gap_version = nil
     end
-    version = upto
+    return by, upto, #log
+end
+
+-- Apply the changed apps: one HMGET of the apps index, each written whole into config_dict (or
+-- removed when gone). Returns the changed apps' parsed configs and the removed ids; or nil, err.
+local function apply_apps(red, ids)
+    local changed, removed = {}, {}
+    if not ids then
+        return changed, removed
+    end
     local vals, herr = red:hmget(keys.apps_index(), unpack(ids))
     if not vals then
         return nil, herr
     end
-    local changed, bad, full = {}, 0, 0
+    local bad, full = 0, 0
     for i, id in ipairs(ids) do
         local json = vals[i]
         if json == ngx.null or json == nil then
             cdict:delete("app:" .. id)
+            hashload.note(cdict, "app:", id, false)
+            removed[#removed + 1] = id
         else
             local a, why = parse_app(id, json)
             if not a then
@@ -149,6 +167,7 @@ function _M.apply_changes(red, version)
                     cdict:delete("app:" .. id)  -- looked up on demand, never a stale copy
                     full = full + 1
                 end
+                hashload.note(cdict, "app:", id, ok)
                 changed[#changed + 1] = a
             end
         end
@@ -160,11 +179,165 @@ function _M.apply_changes(red, version)
     if full > 0 then
         zone_full(full)
     end
-    cdict:incr("changes_applied", #log, 0)
-    cdict:set("version", version)
-    cdict:incr("generation", 1, 0)
+    return changed, removed
+end
+
+-- Apply changed entries of an owner map (access keys, buckets): one HMGET of the map, each
+-- entry set to its app or removed. Returns true or nil, err.
+local function apply_map(red, key, prefix, ids)
+    if not ids then
+        return true
+    end
+    local vals, err = red:hmget(key, unpack(ids))
+    if not vals then
+        return nil, err
+    end
+    local full = 0
+    for i, id in ipairs(ids) do
+        local app = vals[i]
+        if app == ngx.null or app == nil then
+            cdict:delete(prefix .. id)
+            hashload.note(cdict, prefix, id, false)
+        elseif not keys.valid_id(app) then
+            cdict:delete(prefix .. id)
+            hashload.note(cdict, prefix, id, false)
+            cdict:incr("errors", 1, 0)
+            ngx.log(ngx.ERR, "tollgate: bad entry in ", key, " (field of ", #id, " bytes), skipped")
+        else
+            local ok, serr = cdict:safe_set(prefix .. id, app)
+            if not ok then
+                if serr ~= "no memory" then
+                    return nil, "config_dict: " .. tostring(serr)
+                end
+                cdict:delete(prefix .. id)
+                full = full + 1
+            end
+            hashload.note(cdict, prefix, id, ok)
+        end
+    end
+    if full > 0 then
+        zone_full(full)
+    end
+    return true
+end
+
+-- Apply changed rules: one HMGET of the rules index; a rule that does not parse keeps its last
+-- good copy. Returns true or nil, err.
+local function apply_rules(red, ids)
+    if not ids then
+        return true
+    end
+    local vals, err = red:hmget(keys.rules_index(), unpack(ids))
+    if not vals then
+        return nil, err
+    end
+    hashload.held(cdict, "rule:")     -- (listed before a change is noted: see hashload)
+    for i, id in ipairs(ids) do
+        local json = vals[i]
+        if json == ngx.null or json == nil then
+            cdict:delete("rule:" .. id)
+            hashload.note(cdict, "rule:", id, false)
+        else
+            local r, field, code = rules_parse.parse(id, json)
+            if r then
+                local ok, serr = cdict:safe_set("rule:" .. id, json)
+                if not ok then
+                    return nil, "config_dict: " .. tostring(serr)
+                end
+                hashload.note(cdict, "rule:", id, true)
+            else
+                cdict:incr("errors", 1, 0)
+                ngx.log(ngx.ERR, "tollgate: bad rule ", id, " (", tostring(field),
+                    code and " " .. code or "", "), keeping the last good one")
+            end
+        end
+    end
+    return rules_parse.list_ids(cdict)
+end
+
+-- (apply_rules ends with rules_parse.list_ids: the list of stored rules workers compile from)
+-- The parsed configs of apps `ids` this node holds (for their connection limits' keys).
+local function held(ids)
+    local out = {}
+    for _, id in ipairs(ids or {}) do
+        local json = cdict:get("app:" .. id)
+        local a = json and parse_app(id, json)
+        if a then
+            out[#out + 1] = a
+        end
+    end
+    return out
+end
+
+--- Apply the change log (ratelimit:config:changes) from the version this node holds up to
+-- `version` (worker 0, after check_store), each kind as that change: apps (one HMGET of the
+-- apps index, each app written whole or removed) and their connection limits, access keys and
+-- buckets (one HMGET of their map), rules (one HMGET of the rules), breakers (their hash,
+-- small), a cluster's or an app's connection limits. Then one new generation whose journal
+-- ("chg:<generation>") names what changed, so that workers drop those entries only. Returns the
+-- version and the changed apps' configs; or nil, "reload" when the node must load everything
+-- (no config yet, a gap or trimmed log, a kind not applied by change, too far behind); or nil,
+-- err.
+function _M.apply_changes(red, version)
+    local have = cdict:get("version")
+    if not have or cdict:get("store_lost") or version < have then
+        return nil, "reload"
+    end
+    if version == have then
+        return version, {}
+    end
+    if version - have > MAX_CHANGES then
+        return nil, "reload"
+    end
+    local by, upto, n = read_log(red, have, version)
+    if not by then
+        return nil, upto
+    end
+    if upto == have then
+        return have, {}
+    end
+    local changed, removed = apply_apps(red, by.app)
+    if not changed then
+        return nil, removed
+    end
+    local ok, err = apply_map(red, keys.access_keys(), "ak:", by.key)
+    if ok then
+        ok, err = apply_map(red, keys.buckets(), "bk:", by.bucket)
+    end
+    if ok then
+        ok, err = apply_rules(red, by.rule)
+    end
+    if ok and by.breaker then
+        local bbad, berr = breaker_config.apply(red, cdict, by.breaker)
+        ok, err = bbad, berr
+        if bbad and bbad > 0 then
+            cdict:incr("errors", bbad, 0)
+        end
+    end
+    if ok then
+        -- connection limits: the changed apps' (written with the app) and the named ones
+        local capps = held(by.conn_app)
+        for i = 1, #changed do
+            capps[#capps + 1] = changed[i]
+        end
+        ok, err = connconf.read(red, capps, by.conn_cluster or {}, removed)
+    end
+    if not ok then
+        return nil, err
+    end
+    local journal = {}
+    for kind, ids in pairs(by) do
+        for i = 1, #ids do
+            journal[#journal + 1] = kind .. " " .. ids[i]
+        end
+    end
+    cdict:incr("changes_applied", n, 0)
+    cdict:set("version", upto)
+    local g = cdict:incr("generation", 1, 0)
+    -- the journal expires: a worker that comes back later than that drops everything
+    cdict:safe_set("chg:" .. g, table.concat(journal, "\n"), JOURNAL_TTL)
     apps.publish()
-    return version, changed
+    return upto, changed
 end
 
 -- The store's config version, once its epoch and version say it is the store this gateway knew
@@ -205,30 +378,46 @@ function _M.update(red)
         return nil, changed
     end
     v, err = _M.reload(red)
-    return v, true, err
+    if not v then
+        return nil, err
+    end
+    return v, true, err     -- (err: the apps loaded)
 end
 
---- Load every app config from Redis (HSCAN, never KEYS) into config_dict.
--- An entry that does not parse keeps the last good config of that app and counts an error.
--- A store that is not the one this gateway knew (check_store) loads nothing.
+--- Load every config from Redis into config_dict (worker 0, in the background): the apps
+-- index, then rules, breakers, access keys and buckets, each by HSCAN pages written as they
+-- come with a yield between pages (tollgate.config.hashload), what is gone dropped without a
+-- walk of the dict (the connection limits follow: tollgate.config.watch). An entry that does
+-- not parse keeps its last good config and counts an error. A node without config ("loading")
+-- looks up the apps it has not loaded yet on demand (config.app) and reports no version until
+-- the load is done. A store that is not the one this gateway knew (check_store) loads nothing.
+-- Returns the version and the apps loaded ({id, cluster}), or nil, err.
 function _M.reload(red)
     local version, err = store_version(red)
     if not version then
         return nil, err
     end
-    local loaded = {}
+    if not cdict:get("version") and not cdict:get("loading") then
+        cdict:set("loading", 1)
+        cdict:incr("generation", 1, 0)  -- a generation, no version yet: apps looked up on demand
+        apps.publish()
+    end
+    local loaded, clusters = {}, {}
     local bad, serr, full = hashload.into_dict(red, keys.apps_index(), cdict, "app:",
         "config for app", function(id, json)
             local a, why = parse_app(id, json)
             if a then
-                loaded[#loaded + 1] = a
+                loaded[#loaded + 1] = { id = id, cluster = a.cluster }
+                if not clusters[a.cluster] then
+                    clusters[a.cluster] = { cluster = a.cluster }
+                end
             end
             return a, why
         end)
     if not bad then
         return nil, serr
     end
-    add_clusters(loaded, true)
+    add_clusters(clusters, true)
     zone_full(full, #loaded)
     local rbad, rerr = rules_parse.load(red, cdict)
     if not rbad then
@@ -248,12 +437,13 @@ function _M.reload(red)
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end
-    -- a strictly new value tells every worker to drop its parsed cache
+    -- a new generation without a journal tells every worker to drop its parsed caches
     cdict:set("version", version)
+    cdict:delete("loading")
     cdict:incr("generation", 1, 0)
     cdict:incr("full_loads", 1, 0)
     apps.publish()
-    return version
+    return version, loaded
 end
 
 return _M

@@ -56,9 +56,18 @@ local function reload(reason)
             v = r[1]
             if r[2] then
                 log(ngx.INFO, "tollgate: config version ", v, " loaded (", reason, ")")
-                connlimit.refresh(reason)       -- connection limits ride on the same notice
-            elseif #r[3] > 0 then
-                connlimit.refresh(reason, r[3]) -- the changed apps' limits only
+                -- then every loaded app's connection limits, in a timer of their own (batches
+                -- of pipelined HMGETs) while changes keep being applied; a change's limits are
+                -- read with it (tollgate.config.load)
+                local list = r[3]
+                local ok, terr = ngx.timer.at(0, function(premature)
+                    if not premature then
+                        connlimit.refresh(reason, list, true)
+                    end
+                end)
+                if not ok then
+                    log(ERR, "tollgate: connection limits not refreshed: ", terr)
+                end
             end
         end
     until not pending

@@ -50,8 +50,29 @@ end
 
 local cache, cache_n = {}, 0
 local CACHE_MAX = 20000
-config.on_generation(function()
-    cache, cache_n = {}, 0
+-- a new generation drops the entries of the apps and clusters it names (all without a journal)
+config.on_generation(function(_, drop)
+    if not drop or drop.conn_all then
+        cache, cache_n = {}, 0
+        return
+    end
+    for _, kind in ipairs({ "app", "conn_app" }) do
+        for id in pairs(drop[kind] or {}) do
+            if cache[id] then
+                cache[id] = nil
+                cache_n = cache_n - 1
+            end
+        end
+    end
+    local cl = drop.conn_cluster
+    if cl then
+        for id, e in pairs(cache) do
+            if cl[e.cluster] then
+                cache[id] = nil
+                cache_n = cache_n - 1
+            end
+        end
+    end
 end)
 
 function _M.init(client, bg_ms)
@@ -150,9 +171,61 @@ local function apply(set, id, reply, what)
     end
 end
 
---- Re-read the limits of the apps `list` (parsed configs; all apps when nil) and their clusters
---- from Redis (worker 0).
-function _M.refresh(reason, list)
+-- One pipeline of HMGETs: the limits of apps[from..to] (parsed configs), or, with `clusters`,
+-- of those cluster ids; applied as soon as they come (no yield between the read and the write,
+-- so that a change applied meanwhile is not overwritten by an older read). Returns true or nil,
+-- err.
+local function fetch_apply(red, list, from, to, clusters)
+    red:init_pipeline()
+    for i = from, to do
+        local x = list[i]
+        if clusters then
+            red:hmget(keys.conn_cluster(x), "max_connections", "reserved_ratio")
+        else
+            red:hmget(keys.conn_config(x.cluster, x.id), "max_connections", "burst_connections")
+        end
+    end
+    local r, err = red:commit_pipeline()
+    if not r then
+        return nil, err
+    end
+    for i = from, to do
+        if clusters then
+            apply(_M.set_cluster_limits, list[i], r[i - from + 1], "cluster")
+        else
+            apply(_M.set_app_limits, list[i].id, r[i - from + 1], "app")
+        end
+    end
+    return true
+end
+
+--- Read the limits of `apps` (parsed configs or {id, cluster}) and `clusters` (ids) on
+--- connection `red`, pipelined in batches, and put them in connlimit_dict; forget those of the
+--- apps `removed` (ids); no new generation (the caller's follows). Returns true or nil, err.
+function _M.read(red, apps, clusters, removed)
+    for _, id in ipairs(removed or {}) do
+        dict:delete("lim:a:" .. id)
+    end
+    for i = 1, #apps, PIPELINE do
+        local ok, err = fetch_apply(red, apps, i, math.min(i + PIPELINE - 1, #apps))
+        if not ok then
+            return nil, err
+        end
+    end
+    for i = 1, #clusters, PIPELINE do
+        local ok, err = fetch_apply(red, clusters, i, math.min(i + PIPELINE - 1, #clusters), true)
+        if not ok then
+            return nil, err
+        end
+    end
+    return true
+end
+
+--- Re-read the limits of the apps `list` ({id, cluster}; when nil, every app the node holds,
+--- config.app_ids()) and their clusters from Redis (worker 0), then a new generation that names
+--- them (workers drop those entries only), or, for every app (`all`), that drops every worker's
+--- connection-limit entries ("conn_all") and nothing else.
+function _M.refresh(reason, list, all)
     local apps, clusters, seen = {}, {}, {}
     local function add(a)
         if a then
@@ -168,46 +241,34 @@ function _M.refresh(reason, list)
             add(list[i])
         end
     else
+        all = true
         for _, id in ipairs(config.app_ids()) do
             add(config.app(id))
         end
     end
-    local cmds = {}
-    for _, a in ipairs(apps) do
-        cmds[#cmds + 1] = { keys.conn_config(a.cluster, a.id), "max_connections",
-                            "burst_connections" }
-    end
-    for _, c in ipairs(clusters) do
-        cmds[#cmds + 1] = { keys.conn_cluster(c), "max_connections", "reserved_ratio" }
-    end
     local res, err = redis_client:with(BG_MS, function(red)
-        local out = {}
-        for i = 1, #cmds, PIPELINE do
-            red:init_pipeline()
-            for j = i, math.min(i + PIPELINE - 1, #cmds) do
-                red:hmget(cmds[j][1], cmds[j][2], cmds[j][3])
-            end
-            local r, perr = red:commit_pipeline()
-            if not r then
-                return nil, perr
-            end
-            for j = 1, #r do
-                out[#out + 1] = r[j]
-            end
+        local ok, rerr = _M.read(red, apps, clusters)
+        if not ok then
+            return nil, rerr
         end
-        return out
+        return true
     end)
     if not res then
         log(WARN, "tollgate: connection limits not refreshed (", reason, "): ", err)
         return nil, err
     end
-    for i, a in ipairs(apps) do
-        apply(_M.set_app_limits, a.id, res[i], "app")
+    if all then
+        config.bump({ "conn_all -" })
+    else
+        local journal = {}
+        for _, a in ipairs(apps) do
+            journal[#journal + 1] = "conn_app " .. a.id
+        end
+        for _, c in ipairs(clusters) do
+            journal[#journal + 1] = "conn_cluster " .. c
+        end
+        config.bump(journal)
     end
-    for i, c in ipairs(clusters) do
-        apply(_M.set_cluster_limits, c, res[#apps + i], "cluster")
-    end
-    bump()
     return true
 end
 

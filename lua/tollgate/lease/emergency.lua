@@ -30,9 +30,10 @@ function _M.blocked(a)
     return dict:get(a.k_em)
 end
 
--- Cut the leases of the cluster's apps to their emergency ratio; the rest is given back.
+-- Cut the leases of the cluster's apps to their emergency ratio; the rest is given back. Only
+-- apps with local state (the active set) hold a lease: no walk of every configured app.
 local function scale_leases(cluster)
-    for _, id in ipairs(config.app_ids()) do
+    for _, id in ipairs(require("tollgate.lease.active").list()) do
         local a = config.app(id)
         if a and a.cluster == cluster then
             local ratio = _M.ratio(a.priority)

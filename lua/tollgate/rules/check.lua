@@ -77,7 +77,11 @@ end
 
 -- A request reaches check() only after config.app/cached saw this worker on the current
 -- generation, which calls this first: the hot path compares two Lua values, no dict read.
-config.on_generation(function(g)
+-- A generation that changed no rule keeps the compiled set (and its memo) as it is.
+config.on_generation(function(g, drop)
+    if drop and not drop.rule and gen == current then
+        gen = g
+    end
     current = g
 end)
 

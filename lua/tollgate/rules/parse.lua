@@ -329,12 +329,33 @@ local PREFIX = "rule:"
 --- config.reload's part: HSCAN `ratelimit:rules` into config_dict ("rule:<id>" = JSON). A rule
 -- that does not parse keeps its last good copy; returns the number of bad entries or nil, err.
 function _M.load(red, cdict)
-    return hashload.into_dict(red, keys.rules_index(), cdict, PREFIX, "rule", _M.parse)
+    local bad, err = hashload.into_dict(red, keys.rules_index(), cdict, PREFIX, "rule", _M.parse)
+    if not bad then
+        return nil, err
+    end
+    local ok, lerr = _M.list_ids(cdict)
+    if not ok then
+        return nil, lerr
+    end
+    return bad
 end
 
---- Every stored rule of config_dict, parsed (bad ones cannot be stored; skipped anyway).
+--- Every stored rule of config_dict, parsed (bad ones cannot be stored; skipped anyway): the
+-- rules the loader lists in "rule_ids" (no walk of the dict, which holds every app), or, from a
+-- loader that wrote no list, those a walk finds.
 function _M.stored(cdict)
     local out = {}
+    local list = cdict:get("rule_ids")
+    if list then
+        for id in list:gmatch("%S+") do
+            local json = cdict:get(PREFIX .. id)
+            local r = json and _M.parse(id, json)
+            if r then
+                out[#out + 1] = r
+            end
+        end
+        return out
+    end
     for _, k in ipairs(cdict:get_keys(0)) do
         if k:sub(1, #PREFIX) == PREFIX then
             local r = _M.parse(k:sub(#PREFIX + 1), cdict:get(k))
@@ -344,6 +365,20 @@ function _M.stored(cdict)
         end
     end
     return out
+end
+
+--- Write the list of stored rules ("rule_ids") from the ids the loader holds (worker 0, after
+--- a load or a change of rules). Returns true or nil, err.
+function _M.list_ids(cdict)
+    local ids = {}
+    for id in pairs(hashload.held(cdict, PREFIX)) do
+        ids[#ids + 1] = id
+    end
+    local ok, err = cdict:safe_set("rule_ids", table.concat(ids, " "))
+    if not ok then
+        return nil, "config_dict: " .. tostring(err)
+    end
+    return true
 end
 
 return _M

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"runtime/pprof"
+)
+
+// startProfiles starts the profiles o asks for; the returned func writes them.
+func startProfiles(o options) (func() error, error) {
+	var cpu *os.File
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		cpu = f
+	}
+	if o.blockProf != "" {
+		runtime.SetBlockProfileRate(int(1e6)) // one sample per ms blocked
+	}
+	if o.mutexProf != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpu.Close())
+		}
+		for _, p := range []struct{ name, file string }{{"block", o.blockProf}, {"mutex", o.mutexProf}} {
+			if p.file == "" {
+				continue
+			}
+			f, err := os.Create(p.file)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, pprof.Lookup(p.name).WriteTo(f, 0), f.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
+}

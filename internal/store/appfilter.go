@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,11 +39,14 @@ func valueIndexes(a App) [3]string {
 }
 
 // indexApp queues the id index and value index writes of a (whose previous config was old, when
-// had) on p.
+// had) on p: the new members before the old ones leave.
 func indexApp(ctx context.Context, p redis.Pipeliner, a App, old App, had bool) {
 	m := idMember(a.AppID)
 	p.ZAdd(ctx, keys.AppIDs(), redis.Z{Member: m})
 	now := valueIndexes(a)
+	for _, k := range now {
+		p.ZAdd(ctx, k, redis.Z{Member: m})
+	}
 	if had {
 		for i, k := range valueIndexes(old) {
 			if k != now[i] {
@@ -49,9 +54,53 @@ func indexApp(ctx context.Context, p redis.Pipeliner, a App, old App, had bool) 
 			}
 		}
 	}
-	for _, k := range now {
-		p.ZAdd(ctx, k, redis.Z{Member: m})
+}
+
+// StaleRepairAfter is how long an index must keep the same surplus of members (more than the
+// JSON index has apps) before a list rebuilds it. Every write adds index members before the
+// JSON entry and removes them after it, so a write in flight shows as a surplus for a moment and
+// must not cost a rebuild; a surplus that stays (a write cut short, two updates of one app that
+// raced) only makes a total too large and costs a check per listed app, and is repaired then.
+// A deficit (a store from before the index) is rebuilt at once.
+var StaleRepairAfter = 10 * time.Second
+
+// surplusWatch remembers, per index, the counts at which a surplus was first seen.
+type surplusWatch struct {
+	mu    sync.Mutex
+	first map[string]surplusSeen
+}
+
+type surplusSeen struct {
+	apps, members int64
+	at            time.Time
+}
+
+// needsRebuild: the index (members for apps in the JSON index) must be rebuilt now — it misses
+// members, or it has kept the same surplus for StaleRepairAfter.
+func (w *surplusWatch) needsRebuild(index string, apps, members int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case members < apps:
+		delete(w.first, index)
+		return true
+	case members == apps:
+		delete(w.first, index)
+		return false
 	}
+	if w.first == nil {
+		w.first = map[string]surplusSeen{}
+	}
+	seen, ok := w.first[index]
+	if !ok || seen.apps != apps || seen.members != members {
+		w.first[index] = surplusSeen{apps: apps, members: members, at: time.Now()}
+		return false
+	}
+	if time.Since(seen.at) < StaleRepairAfter {
+		return false
+	}
+	delete(w.first, index)
+	return true
 }
 
 // priorities and enabled values a value index can have.
@@ -85,7 +134,12 @@ func (s *Store) EnsureAppValueIndexes(ctx context.Context) (bool, error) {
 		}
 		return t
 	}
-	if sum(prio) == n.Val() && sum(en) == n.Val() {
+	// a deficit in either sum is rebuilt at once, a surplus once it stays
+	rebuild := s.surplus.needsRebuild("priority", n.Val(), sum(prio))
+	if s.surplus.needsRebuild("enabled", n.Val(), sum(en)) {
+		rebuild = true
+	}
+	if !rebuild {
 		return false, nil
 	}
 	return true, s.rebuildValueIndexes(ctx)
@@ -224,8 +278,24 @@ func (s *Store) PageAppsWhere(ctx context.Context, f AppFilter, offset, limit in
 	if err != nil {
 		return AppPage{}, fmt.Errorf("store: page apps: %w", err)
 	}
-	page.Apps, err = s.appsOf(ctx, ms)
-	return page, err
+	apps, err := s.appsOf(ctx, ms)
+	if err != nil {
+		return AppPage{}, err
+	}
+	for _, a := range apps { // a member an update left behind is not listed under its old value
+		if f.Match(a) {
+			page.Apps = append(page.Apps, a)
+		}
+	}
+	return page, nil
+}
+
+// Match reports whether a passes every filter of f.
+func (f AppFilter) Match(a App) bool {
+	return strings.HasPrefix(strings.ToLower(a.AppID), strings.ToLower(f.Prefix)) &&
+		(f.Cluster == "" || a.ClusterID == f.Cluster) &&
+		(f.Priority == nil || a.Priority == *f.Priority) &&
+		(f.Enabled == nil || a.Enabled == *f.Enabled)
 }
 
 // appsOf reads the apps of id-index members in one HMGET, in their order.
@@ -357,7 +427,11 @@ func (s *Store) ScanAppsWhere(ctx context.Context, f AppFilter, after string, li
 	if err != nil {
 		return AppScan{}, err
 	}
-	out.Apps = apps
+	for _, a := range apps {
+		if f.Match(a) {
+			out.Apps = append(out.Apps, a)
+		}
+	}
 	return out, nil
 }
 

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -146,9 +148,32 @@ func TestValueIndexesAnswerFilters(t *testing.T) {
 	}
 	rdb.Del(ctx(t), keys.AppsBy("cluster", "c1"), keys.AppsBy("enabled", "1"))
 	check("value indexes lost")
-	// stale members (a removed app, an app under its old priority): rebuilt
+	// stale members (a removed app, an app under its old priority) as a write in flight leaves
+	// them for a moment: not listed, and no rebuild while they may be a write in flight
 	rdb.ZAdd(ctx(t), keys.AppsBy("priority", "1"), redis.Z{Member: "ghost\x00ghost"}, redis.Z{Member: "app-04\x00app-04"})
 	rdb.ZAdd(ctx(t), keys.AppsBy("cluster", "c2"), redis.Z{Member: "app-04\x00app-04"})
+	p1 = 1
+	for i := 0; i < 3; i++ {
+		p, err := s.PageAppsWhere(ctx(t), AppFilter{Priority: &p1}, 0, 100)
+		if err != nil || p.Total != int64(len(filterApps(apps, AppFilter{Priority: &p1})))+2 {
+			t.Fatalf("surplus rebuilt at once, or not counted: total %d, %v", p.Total, err)
+		}
+		var got []string
+		for _, a := range p.Apps {
+			got = append(got, a.AppID)
+		}
+		if want := filterApps(apps, AppFilter{Priority: &p1}); !slices.Equal(got, want) {
+			t.Fatalf("stale members listed: %v\nwant %v", got, want)
+		}
+	}
+	// the same surplus for StaleRepairAfter: rebuilt
+	defer func(d time.Duration) { StaleRepairAfter = d }(StaleRepairAfter)
+	StaleRepairAfter = 0
+	for i := 0; i < 2; i++ {
+		if _, err := s.EnsureAppValueIndexes(ctx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	check("stale members")
 	if n, _ := rdb.ZCard(ctx(t), keys.AppsBy("cluster", "c2")).Result(); n != int64(len(filterApps(apps, AppFilter{Cluster: "c2"}))) {
 		t.Fatalf("cluster c2 index keeps %d members after the rebuild", n)
@@ -237,5 +262,119 @@ func TestReleaseAppSubtractsItsShare(t *testing.T) {
 	}
 	if _, err := s.ReleaseApp(ctx(t), "nope", "r0"); err == nil {
 		t.Fatal("release in an unknown cluster accepted")
+	}
+}
+
+// TestWritesInFlightCostNoRebuild: lists and filters that run while apps are created, moved
+// between priorities and removed never see an index missing a member, so they never rebuild an
+// index (no HSCAN of the JSON index).
+func TestWritesInFlightCostNoRebuild(t *testing.T) {
+	s, rdb := newStore(t)
+	mustCluster(t, s, 1_000_000)
+	if err := rdb.ConfigResetStat(ctx(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for w := 0; w < 4; w++ {
+		go func() {
+			defer func() { errs <- nil }()
+			for i := 0; i < 150; i++ {
+				a := demoApp(fmt.Sprintf("w%d-%03d", w, i), 1)
+				for _, p := range []int{0, 2} {
+					a.Priority = p
+					if _, err := s.PutApp(ctx(t), a); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if i%3 == 0 {
+					if err := s.RemoveApp(ctx(t), a.AppID); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	p2 := 2
+	var readers sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := s.PageApps(ctx(t), "", 0, 20); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.PageAppsWhere(ctx(t), AppFilter{Priority: &p2}, 0, 20); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for w := 0; w < 4; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	readers.Wait()
+	info, _ := rdb.Info(ctx(t), "commandstats").Result()
+	if strings.Contains(info, "cmdstat_hscan:") {
+		t.Fatalf("an index was rebuilt while writes were in flight:\n%s", info)
+	}
+}
+
+// TestAppsIdentityMatchesOneByOne: the batched read of access keys and buckets an export uses
+// answers what AccessKeys and AppBuckets answer app by app, a stale set member (a key another app
+// now owns) left out.
+func TestAppsIdentityMatchesOneByOne(t *testing.T) {
+	s, rdb := newStore(t)
+	mustCluster(t, s, 1_000_000)
+	var ids []string
+	for i := 0; i < 6; i++ {
+		id := fmt.Sprintf("id-%d", i)
+		ids = append(ids, id)
+		if _, err := s.PutApp(ctx(t), demoApp(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids[:4] {
+		for k := 0; k <= i; k++ {
+			if _, _, err := s.AddAccessKey(ctx(t), id, fmt.Sprintf("AKIAEXPORT%d%d0000000", i, k)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%2 == 0 {
+			if _, _, err := s.PutBucket(ctx(t), fmt.Sprintf("bucket-%d", i), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rdb.SAdd(ctx(t), keys.AppAccessKeys("id-5"), "AKIAEXPORT000000000") // owned by id-0
+	akeys, buckets, err := s.AppsIdentity(ctx(t), ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		k, _ := s.AccessKeys(ctx(t), id)
+		b, _ := s.AppBuckets(ctx(t), id)
+		if fmt.Sprint(k) != fmt.Sprint(akeys[id]) && !(len(k) == 0 && len(akeys[id]) == 0) {
+			t.Fatalf("%s: access keys %v, one by one %v", id, akeys[id], k)
+		}
+		if fmt.Sprint(b) != fmt.Sprint(buckets[id]) && !(len(b) == 0 && len(buckets[id]) == 0) {
+			t.Fatalf("%s: buckets %v, one by one %v", id, buckets[id], b)
+		}
+	}
+	if len(akeys["id-3"]) != 4 || len(buckets["id-2"]) != 1 || len(akeys["id-5"]) != 0 {
+		t.Fatalf("identities %v %v", akeys, buckets)
 	}
 }

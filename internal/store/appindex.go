@@ -86,11 +86,11 @@ func (s *Store) RemoveApp(ctx context.Context, id string) error {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	if err := s.rdb.HDel(ctx, keys.AppsIndex(), id).Err(); err != nil {
-		return fmt.Errorf("store: remove app %s: %w", id, err)
-	}
 	m := idMember(id)
+	// the JSON index entry first, then the index members, in one round trip: a reader between
+	// them sees an index member more, never one less
 	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, keys.AppsIndex(), id)
 		p.ZRem(ctx, keys.AppIDs(), m)
 		if had {
 			for _, k := range valueIndexes(a) {
@@ -99,7 +99,7 @@ func (s *Store) RemoveApp(ctx context.Context, id string) error {
 		}
 		return nil
 	}); err != nil {
-		return fmt.Errorf("store: remove app %s from the id and value indexes: %w", id, err)
+		return fmt.Errorf("store: remove app %s: %w", id, err)
 	}
 	return nil
 }
@@ -190,23 +190,28 @@ type AppPage struct {
 // offset, at most limit: a ZLEXCOUNT, a ZRANGE BYLEX … LIMIT and one HMGET of the page. (The
 // offset is walked by Redis in the skiplist, O(log N + offset) at worst, never a read of apps.)
 func (s *Store) PageApps(ctx context.Context, prefix string, offset, limit int64) (AppPage, error) {
-	if _, err := s.EnsureAppIDs(ctx); err != nil {
-		return AppPage{}, err
-	}
-	min, max := "-", "+"
-	if prefix != "" {
-		p := strings.ToLower(prefix)
-		min, max = "["+p, "["+p+"\xff"
-	}
-	var total int64
-	var err error
-	if prefix == "" {
-		total, err = s.rdb.ZCard(ctx, keys.AppIDs()).Result()
-	} else {
-		total, err = s.rdb.ZLexCount(ctx, keys.AppIDs(), min, max).Result()
-	}
+	min, max := lexRange(prefix)
+	// one round trip: the two counts that check the id index, and the prefix's count
+	var n, z, cnt *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		n, z = p.HLen(ctx, keys.AppsIndex()), p.ZCard(ctx, keys.AppIDs())
+		if prefix != "" {
+			cnt = p.ZLexCount(ctx, keys.AppIDs(), min, max)
+		}
+		return nil
+	})
 	if err != nil {
 		return AppPage{}, fmt.Errorf("store: page apps: %w", err)
+	}
+	if s.surplus.needsRebuild("ids", n.Val(), z.Val()) {
+		if _, err := s.EnsureAppIDs(ctx); err != nil {
+			return AppPage{}, err
+		}
+		return s.PageApps(ctx, prefix, offset, limit)
+	}
+	total := z.Val()
+	if cnt != nil {
+		total = cnt.Val()
 	}
 	page := AppPage{Apps: []App{}, Total: total}
 	if offset >= total || limit <= 0 {

@@ -54,6 +54,7 @@ type Store struct {
 	rdb     redis.Cmdable
 	scripts ScriptRunner
 	hooks   Hooks
+	surplus surplusWatch // index members beyond the apps: repaired when they persist (appfilter.go)
 }
 
 // New returns a store using rdb and the script set.
@@ -141,15 +142,15 @@ func (s *Store) PutApp(ctx context.Context, a App) (Allocation, error) {
 	if len(res) != 2 {
 		return Allocation{}, fmt.Errorf("store: put app %s: app_config returned %v", a.AppID, res)
 	}
+	// the id and value indexes first, the JSON index entry last, in one round trip: a reader
+	// between them sees an index member more, never one less (see appfilter.go)
 	index := func(ctx context.Context) error {
-		if err := s.rdb.HSet(ctx, keys.AppsIndex(), a.AppID, doc).Err(); err != nil {
-			return fmt.Errorf("index: %w", err)
-		}
 		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			indexApp(ctx, p, a, old, had)
+			p.HSet(ctx, keys.AppsIndex(), a.AppID, doc)
 			return nil
 		}); err != nil {
-			return fmt.Errorf("id and value indexes: %w", err)
+			return fmt.Errorf("index: %w", err)
 		}
 		return nil
 	}

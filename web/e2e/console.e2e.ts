@@ -28,7 +28,7 @@ describe('admin console on a real stack', () => {
     await admin?.close()
     await stack?.stop()
     if (Object.keys(timings).length) {
-      console.log('dashboard render time (ms from navigation start):')
+      console.log('render times (ms from navigation start):')
       for (const [k, v] of Object.entries(timings)) console.log(`  ${k.padEnd(44)} ${v === null ? '–' : v.toFixed(0)}`)
     }
   })
@@ -372,6 +372,11 @@ describe('admin console on a real stack', () => {
     timings[`apps search, ${n} apps: the one app shown`] = performance.now() - t
     await screenshot(page, '24-apps-many')
     await apps.search('')
+    // the connection limits come a page at a time too, with the number of apps
+    await page.goto(`${stack.base}/connections`)
+    await until(async () => ((await byTest(page, 'connections-pager').textContent()) ?? '').replace(/[\s,]/g, '')
+      .includes(`Total${(await total).meta.total}`), 'the connections pager to show the number of apps')
+    expect(await byTest(page, 'connections-apps').locator('.el-table__row').count()).toBe(100)
   })
 
   it('12 saw no errors in the browser', () => {

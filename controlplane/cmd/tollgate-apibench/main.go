@@ -4,7 +4,7 @@
 // is a benchmark program, not a test.
 //
 //	go run ./controlplane/cmd/tollgate-apibench [-apps 1000] [-c 16] [-d 10s] [-redis redis://…]
-//	    [-live=false] [-url http://… -password …] [-cpuprofile f] [-blockprofile f] [-mutexprofile f]
+//	    [-live=false] [-url http://… -password … [-pid N]] [-cpuprofile f] [-blockprofile f] [-mutexprofile f]
 //
 // -live=false leaves out the live collector (the cluster view refreshed every 5 s) to separate
 // its cost from the API's; -url measures a control plane already running over the same Redis
@@ -46,6 +46,7 @@ type options struct {
 	cpuProfile  string
 	blockProf   string
 	mutexProf   string
+	pid         int
 }
 
 func main() {
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases to this file")
 	flag.StringVar(&o.blockProf, "blockprofile", "", "write a block profile of the measured phases to this file")
 	flag.StringVar(&o.mutexProf, "mutexprofile", "", "write a mutex profile of the measured phases to this file")
+	flag.IntVar(&o.pid, "pid", 0, "with -url: the control plane's process id, whose RSS and peak RSS are printed after each phase")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-apibench:", err)
@@ -191,8 +193,8 @@ func measure(ctx context.Context, o options, base, pw string, rdb *redis.Client)
 	fmt.Printf("%-50s %9s %9s %9s %9s %9s %9s %7s\n", "phase", "requests", "req/s", "p50", "p90", "p99", "max", "errors")
 	for _, p := range phases {
 		r := p.run(o.concurrency, o.duration)
-		fmt.Printf("%-50s %9d %9.0f %9s %9s %9s %9s %7d\n", p.name, r.N, r.Rate, apiload.Ms(r.P50), apiload.Ms(r.P90),
-			apiload.Ms(r.P99), apiload.Ms(r.Max), r.Errors)
+		fmt.Printf("%-50s %9d %9.0f %9s %9s %9s %9s %7d%s\n", p.name, r.N, r.Rate, apiload.Ms(r.P50), apiload.Ms(r.P90),
+			apiload.Ms(r.P99), apiload.Ms(r.Max), r.Errors, rss(o.pid))
 	}
 	n, _ := rdb.HLen(ctx, "ratelimit:apps").Result()
 	fmt.Printf("\napps after the run: %d\n", n)

@@ -92,7 +92,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 		OnWrite: func(action, outcome string) { m.AuditWrite(action, outcome) }})
 	led := ledger.New(o.Redis, o.Scripts)
 	cat := changes.NewCatalog(o.Store)
-	ch := changes.New(changes.Options{Store: o.Store, Validator: validate.New(cat, log, al), Ledger: led,
+	ch := changes.New(changes.Options{Store: o.Store, Validator: validate.New(cat, log, al),
 		Emergency: emergency.NewManager(led, log), Audit: al, Redis: o.Redis, Catalog: cat, Logger: log})
 	lv := live.New(live.Options{Redis: o.Redis, Catalog: o.Store, L1: led, Interval: a.LiveInterval, Logger: log,
 		Alerts: a.Alerts, OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }, StoreLost: storeLost})

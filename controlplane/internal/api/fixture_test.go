@@ -102,7 +102,7 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 	t.Cleanup(func() { cancel(); <-done })
 	led := ledger.New(f.rdb, set)
 	cat := changes.NewCatalog(f.store)
-	ch := changes.New(changes.Options{Store: f.store, Validator: validate.New(cat, log, f.audit), Ledger: led,
+	ch := changes.New(changes.Options{Store: f.store, Validator: validate.New(cat, log, f.audit),
 		Emergency: emergency.NewManager(led, log), Audit: f.audit, Redis: f.rdb, Catalog: cat, Logger: log})
 	f.live = live.New(live.Options{Redis: f.rdb, Catalog: f.store, L1: led, Interval: time.Second, Logger: log})
 	f.metrics = metrics.New(metrics.Options{AuditDropped: f.audit.Dropped, WSClients: f.live.Subscribers,

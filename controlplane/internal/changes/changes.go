@@ -16,7 +16,6 @@ import (
 
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/validate"
-	"tollgate/internal/ledger"
 	"tollgate/internal/store"
 )
 
@@ -70,11 +69,6 @@ type Validator interface {
 	Validate(ctx context.Context, actor string, ch validate.Change, dryRun bool) (validate.Result, error)
 }
 
-// Reconciler restores a cluster's L1 allocation from its L2 buckets (*ledger.Ledger).
-type Reconciler interface {
-	ReconcileCluster(ctx context.Context, cluster string, apps []string) (ledger.ClusterReconcile, error)
-}
-
 // Emergency switches a cluster's emergency mode (*emergency.Manager).
 type Emergency interface {
 	Activate(ctx context.Context, cluster string, d time.Duration, reason, source, actor string) (time.Time, error)
@@ -91,7 +85,6 @@ type Auditor interface {
 type Options struct {
 	Store     Store
 	Validator Validator
-	Ledger    Reconciler
 	Emergency Emergency
 	Audit     Auditor
 	Redis     redis.Cmdable // connection-limit hashes

@@ -72,6 +72,9 @@ type Reader struct {
 	Store *store.Store
 }
 
+// exportBatch is how many apps Export reads per pipelined round trip.
+const exportBatch = 500
+
 // Export reads the whole config; withSecrets adds the users (with their password hashes) and
 // the JWT signing secret.
 func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) {
@@ -107,32 +110,40 @@ func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) 
 	if err != nil {
 		return d, err
 	}
-	for _, a := range apps {
-		v, err := r.Redis.HMGet(ctx, keys.ConnConfig(a.ClusterID, a.AppID), "max_connections", "burst_connections").Result()
-		if err != nil {
-			return d, fmt.Errorf("durable: app %s connections: %w", a.AppID, err)
-		}
-		app := App{App: a}
-		if m, err := strconv.ParseInt(str(v[0]), 10, 64); err == nil {
-			b, err := strconv.ParseInt(str(v[1]), 10, 64)
-			if err != nil {
-				b = m
+	// per batch of apps three pipelined round trips (connection limits, access key and bucket
+	// sets, their owners), not five round trips per app: 100,000 apps export in seconds
+	d.Apps = make([]App, 0, len(apps))
+	for from := 0; from < len(apps); from += exportBatch {
+		batch := apps[from:min(from+exportBatch, len(apps))]
+		conns := make([]*redis.SliceCmd, len(batch))
+		if _, err := r.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, a := range batch {
+				conns[i] = p.HMGet(ctx, keys.ConnConfig(a.ClusterID, a.AppID), "max_connections", "burst_connections")
 			}
-			app.Connections = &validate.ConnLimits{MaxConnections: m, BurstConnections: b}
+			return nil
+		}); err != nil {
+			return d, fmt.Errorf("durable: app connections: %w", err)
 		}
-		if app.AccessKeys, err = r.Store.AccessKeys(ctx, a.AppID); err != nil {
+		ids := make([]string, len(batch))
+		for i, a := range batch {
+			ids[i] = a.AppID
+		}
+		akeys, buckets, err := r.Store.AppsIdentity(ctx, ids)
+		if err != nil {
 			return d, err
 		}
-		if app.Buckets, err = r.Store.AppBuckets(ctx, a.AppID); err != nil {
-			return d, err
+		for i, a := range batch {
+			app := App{App: a, AccessKeys: akeys[a.AppID], Buckets: buckets[a.AppID]}
+			v := conns[i].Val()
+			if m, err := strconv.ParseInt(str(v[0]), 10, 64); err == nil {
+				b, err := strconv.ParseInt(str(v[1]), 10, 64)
+				if err != nil {
+					b = m
+				}
+				app.Connections = &validate.ConnLimits{MaxConnections: m, BurstConnections: b}
+			}
+			d.Apps = append(d.Apps, app)
 		}
-		if len(app.AccessKeys) == 0 {
-			app.AccessKeys = nil
-		}
-		if len(app.Buckets) == 0 {
-			app.Buckets = nil
-		}
-		d.Apps = append(d.Apps, app)
 	}
 	if err := readHash(ctx, r.Redis, keys.RulesIndex(), func(id, doc string) error {
 		var x rules.Rule

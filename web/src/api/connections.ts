@@ -4,9 +4,12 @@ import type { AppConnLimitInput, ChangeResult, ConnectionLimits, ValidationResul
 const base = '/api/v1/connections'
 const path = (appId: string) => `${base}/${encodeURIComponent(appId)}`
 
-/** Every app's own limits and the usage per app and cluster. */
-export function list(): Promise<ConnectionLimits> {
-  return http.get<ConnectionLimits>(base)
+/** One page of the apps' own limits (id order) with their usage, the usage per cluster, and the
+ *  number of apps. */
+export async function list(page = 1, limit = 100): Promise<ConnectionLimits & { total: number }> {
+  const env = await http.envelope<ConnectionLimits>('GET', base, { query: { page, limit } })
+  const d = env.data ?? { apps: [], usage: { apps: [], clusters: [], timestamp: 0 } }
+  return { ...d, total: env.meta?.total ?? d.apps.length }
 }
 
 export async function updateDryRun(appId: string, input: AppConnLimitInput): Promise<ValidationResult> {

@@ -37,6 +37,16 @@ describe('API modules', () => {
       'PUT /api/v1/clusters/c/connections?dry_run=true'])
   })
 
+  it('reads the connection limits a page at a time, with the number of apps', async () => {
+    const usage = { apps: [], clusters: [], timestamp: 1 }
+    const f = mockFetch(json(200, { data: { apps: [{ app_id: 'a', cluster_id: 'c', limits: null }], usage },
+      meta: { total: 12345, page: 3, limit: 100 } }))
+    const d = await connections.list(3, 100)
+    expect(f.calls.map((c) => `${c.method} ${c.url}`)).toEqual(['GET /api/v1/connections?page=3&limit=100'])
+    expect(d.total).toBe(12345)
+    expect(d.apps).toHaveLength(1)
+  })
+
   it('activates and deactivates emergency mode', async () => {
     const f = mockFetch(json(200, { data: { clusters: [] } }), json(200, { data: { clusters: [] } }))
     await emergency.activate({ reason: 'overload', duration: 300 })

@@ -246,3 +246,35 @@ func TestSweepReachesEveryAppAndChecksL1(t *testing.T) {
 		t.Fatalf("the next cycle: %+v, L1 %+v", s, l1)
 	}
 }
+
+// Debt written before the debtors set existed (or by hand) is found by the reconcile sweep,
+// which adds the app to the set, and the debt job then repays it.
+func TestSweepFindsDebtOutsideTheIndex(t *testing.T) {
+	f := activeCluster(t, 120, 0)
+	// a full bucket refilled just now: the sweep's own refill has nothing to repay with
+	f.RDB.HSet(f.Ctx, keys.L2("c", "app-00077"), "debt", 120, "borrowed", 100,
+		"last_refill_us", f.RedisNowUS()+5_000_000)
+	f.RDB.HIncrBy(f.Ctx, keys.L1("c"), "borrowed", 100)
+	f.RDB.HIncrBy(f.Ctx, keys.L1("c"), "available", -100)
+	dj := debt.New(f.Store, f.Ledger, quiet())
+	if err := dj.Tick(f.Ctx); err != nil || dj.Stats().InDebt != 0 {
+		t.Fatalf("the debt job found %d debtors before the sweep (%v)", dj.Stats().InDebt, err)
+	}
+	rec := reconcile.New(f.Store, f.Ledger, reconcile.Options{SweepPerTick: 50, Logger: quiet()})
+	for i := 0; i < 3; i++ { // 120 apps, 50 per tick: app-00077 is in the second page
+		if err := rec.Tick(f.Ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _ := f.RDB.SIsMember(f.Ctx, keys.Debtors("c"), "app-00077").Result(); !ok {
+		t.Fatal("the sweep did not add the app in debt to the debtors set")
+	}
+	f.RDB.HSet(f.Ctx, keys.L2("c", "app-00077"), "last_refill_us", f.RedisNowUS()-60_000_000)
+	if err := dj.Tick(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, _ := f.Ledger.ReadL2(f.Ctx, "c", "app-00077")
+	if dj.Stats().InDebt != 1 || l2.Debt != 0 || l2.Borrowed != 0 {
+		t.Fatalf("debt job %+v, L2 %+v", dj.Stats(), l2)
+	}
+}

@@ -41,7 +41,8 @@ func configDictSize(n int) int {
 // zoneUse is what the node's zones hold: config_dict per configured app, and per app with
 // traffic the growth of each per-active-app zone.
 type zoneUse struct {
-	configPerApp  float64 // bytes of config_dict used per configured app
+	configUsed    float64 // bytes of config_dict in use (capacity less free pages)
+	configPerApp  float64 // of which per configured app, the fixed part left out
 	configPartial float64 // ratelimit_config_dict_partial after the load (0: every app held)
 	active        int     // apps given traffic
 	perActive     map[string]float64
@@ -57,7 +58,8 @@ func zoneUsed(ctx context.Context, node *nginxenv.Node, zone string) float64 {
 // each (16 clients) and reads how much each per-active-app zone grew, per app.
 func measureZones(ctx context.Context, o options, node *nginxenv.Node, n, active int) zoneUse {
 	u := zoneUse{active: active, perActive: map[string]float64{}}
-	u.configPerApp = zoneUsed(ctx, node, "config_dict") / float64(n)
+	u.configUsed = zoneUsed(ctx, node, "config_dict")
+	u.configPerApp = (u.configUsed - configFixed) / float64(n)
 	u.configPartial = scrape(ctx, node.MetricsURL, "ratelimit_config_dict_partial")
 	before := map[string]float64{}
 	for _, z := range activeBudget {
@@ -93,9 +95,20 @@ func measureZones(ctx context.Context, o options, node *nginxenv.Node, n, active
 
 // zoneRows are the table's lines for the zones: measured against the documented budget.
 func zoneRows(line func(string, func(r row) string)) {
-	line(fmt.Sprintf("config_dict used per app (budget %d B)", configPerApp), func(r row) string {
-		return within(r.zones.configPerApp, configPerApp) +
-			fmt.Sprintf(", apps not held %.0f", r.zones.configPartial)
+	line(fmt.Sprintf("config_dict used (budget apps × %d B + 1 MiB)", configPerApp), func(r row) string {
+		budget := float64(r.apps)*configPerApp + configFixed
+		verdict := "within"
+		if r.zones.configUsed > budget {
+			verdict = "OVER"
+		}
+		return fmt.Sprintf("%s of %s (%s), apps not held %.0f", mib1(r.zones.configUsed), mib1(budget),
+			verdict, r.zones.configPartial)
+	})
+	line("config_dict per app beyond the first MiB (from 10,000 apps)", func(r row) string {
+		if r.apps < 10000 { // the fixed part is most of the zone: no per-app figure
+			return "–"
+		}
+		return fmt.Sprintf("%.0f B", r.zones.configPerApp)
 	})
 	for _, z := range activeBudget {
 		z := z
@@ -104,6 +117,8 @@ func zoneRows(line func(string, func(r row) string)) {
 		})
 	}
 }
+
+func mib1(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 
 func within(v, budget float64) string {
 	verdict := "within"

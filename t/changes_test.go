@@ -414,3 +414,94 @@ func TestFreshNodeServesWhileItsFirstLoadRuns(t *testing.T) {
 		t.Errorf("late-comer after the load: status %d", st)
 	}
 }
+
+// cmdCalls is Redis' count of calls of command cmd (INFO commandstats).
+func (s *stack) cmdCalls(cmd string) int64 {
+	s.t.Helper()
+	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	prefix := "cmdstat_" + cmd + ":calls="
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			v, _ := strconv.ParseInt(strings.SplitN(line[len(prefix):], ",", 2)[0], 10, 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// Issue 20 item 2: after a full load a node reads the connection limits of the apps that have
+// some (the cluster's set the control plane keeps with the limits), not one HMGET per app; an
+// app whose limits went while the node was not following loses them all the same.
+func TestFullLoadReadsOnlyAppsWithConnectionLimits(t *testing.T) {
+	s := newStack(t, stackOptions{apps: manyApps("lim", 3000)})
+	g := s.gw()
+	ctx := context.Background()
+	v0, err := s.store.ConfigVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitVersion(v0)
+	// as the control plane writes them: hash and set in one transaction, the store indexed
+	for _, id := range []string{"lim-00010", "lim-00020"} {
+		if err := store.SetConnLimits(ctx, s.rdb, "default", id, 3, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.IndexConnLimits(ctx, s.rdb); err != nil {
+		t.Fatal(err)
+	}
+	// the first load's connection limits (read before the store was indexed: every app) are
+	// read in a timer after it: wait until Redis sees no more of them
+	hmgets := s.cmdCalls("hmget")
+	eventually(t, "the first load's connection limits read", func() bool {
+		time.Sleep(200 * time.Millisecond)
+		n := s.cmdCalls("hmget")
+		done := n == hmgets && n >= 3000
+		hmgets = n
+		return done
+	})
+	// new limits behind the change log's back: only the full load's reading brings them
+	base := hmgets
+	for _, id := range []string{"lim-00010", "lim-00020"} {
+		if err := store.SetConnLimits(ctx, s.rdb, "default", id, 5, 6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loads := g.Metric("ratelimit_config_full_loads_total")
+	if _, err := s.store.Bump(ctx, nil); err != nil { // logged as "all": a full load
+		t.Fatal(err)
+	}
+	eventually(t, "a full load and the new limits of lim-00010 and lim-00020", func() bool {
+		return g.Metric("ratelimit_config_full_loads_total") > loads &&
+			connStateOf(g, "lim-00010").Max == 5 && connStateOf(g, "lim-00020").Burst == 6
+	})
+	eventually(t, "the full load's connection limits read", func() bool {
+		time.Sleep(200 * time.Millisecond)
+		n := s.cmdCalls("hmget")
+		done := n == hmgets
+		hmgets = n
+		return done
+	})
+	if n := hmgets - base; n > 100 {
+		t.Errorf("the full load's connection limits took %d HMGETs for 2 apps with limits among 3,000", n)
+	}
+
+	// lim-00020's limits go behind the change log's back; the next full load drops them
+	def := connStateOf(g, "lim-00030").Max
+	if err := store.DelConnLimits(ctx, s.rdb, "default", "lim-00020"); err != nil {
+		t.Fatal(err)
+	}
+	loads = g.Metric("ratelimit_config_full_loads_total")
+	if _, err := s.store.Bump(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "lim-00020 back to the default limit after a full load", func() bool {
+		return g.Metric("ratelimit_config_full_loads_total") > loads && connStateOf(g, "lim-00020").Max == def
+	})
+	if st := connStateOf(g, "lim-00010"); st.Max != 5 || st.Burst != 6 {
+		t.Errorf("lim-00010 after the second full load: max %d burst %d, want 5 6", st.Max, st.Burst)
+	}
+}

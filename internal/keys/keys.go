@@ -50,6 +50,14 @@ func EmergencyHistory(cluster string) string { return rlPrefix + tag(cluster) + 
 // ConnConfig is the connection-limiter config of an app.
 func ConnConfig(cluster, app string) string { return connPrefix + tag(cluster) + ":config:" + app }
 
+// ConnLimited is the set of a cluster's apps that have a ConnConfig hash, written with it (a node
+// loading every app reads the limits of these apps only, when ConnIndexed is set).
+func ConnLimited(cluster string) string { return connPrefix + tag(cluster) + ":limited" }
+
+// ConnIndexed is set once the ConnLimited sets hold every app with connection limits (the
+// control plane builds them at start from the ConnConfig hashes of a store written before them).
+func ConnIndexed() string { return connPrefix + "indexed" }
+
 // ConnCluster is the connection-limiter config of a cluster.
 func ConnCluster(cluster string) string { return connPrefix + tag(cluster) + ":cluster" }
 

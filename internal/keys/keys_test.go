@@ -30,6 +30,8 @@ func builders() map[string]builder {
 		"nodes":             {2, func(a []string) string { return Nodes(a[0], a[1]) }},
 		"conn_config":       {2, func(a []string) string { return ConnConfig(a[0], a[1]) }},
 		"conn_cluster":      {1, func(a []string) string { return ConnCluster(a[0]) }},
+		"conn_limited":      {1, func(a []string) string { return ConnLimited(a[0]) }},
+		"conn_indexed":      {0, func(a []string) string { return ConnIndexed() }},
 		"apps_index":        {0, func([]string) string { return AppsIndex() }},
 		"clusters_index":    {0, func([]string) string { return ClustersIndex() }},
 		"config_version":    {0, func([]string) string { return ConfigVersion() }},

@@ -378,3 +378,34 @@ func TestAppsIdentityMatchesOneByOne(t *testing.T) {
 		t.Fatalf("identities %v %v", akeys, buckets)
 	}
 }
+
+// TestConnLimitsIndex: the limits and the cluster's set move together; a store written before
+// the sets is indexed once from its ConnConfig hashes (SCAN), then marked.
+func TestConnLimitsIndex(t *testing.T) {
+	_, rdb := newStore(t)
+	// a store from before the sets: hashes only
+	for _, k := range []string{keys.ConnConfig("c1", "a1"), keys.ConnConfig("c2", "b-2")} {
+		rdb.HSet(ctx(t), k, "max_connections", 5)
+	}
+	rdb.HSet(ctx(t), keys.ConnCluster("c1"), "max_connections", 50) // not an app's
+	n, err := IndexConnLimits(ctx(t), rdb)
+	if err != nil || n != 2 {
+		t.Fatalf("index: %d apps, %v; want 2", n, err)
+	}
+	member := func(c, a string) bool { ok, _ := rdb.SIsMember(ctx(t), keys.ConnLimited(c), a).Result(); return ok }
+	if !member("c1", "a1") || !member("c2", "b-2") {
+		t.Fatal("an app with limits is missing from its cluster's set")
+	}
+	if n, err := IndexConnLimits(ctx(t), rdb); err != nil || n != 0 {
+		t.Fatalf("second index: %d apps, %v; want 0 (marked)", n, err)
+	}
+	if err := SetConnLimits(ctx(t), rdb, "c1", "a3", 2, 3); err != nil || !member("c1", "a3") {
+		t.Fatalf("set: %v, member %v", err, member("c1", "a3"))
+	}
+	if err := DelConnLimits(ctx(t), rdb, "c1", "a1"); err != nil || member("c1", "a1") {
+		t.Fatalf("del: %v, still a member %v", err, member("c1", "a1"))
+	}
+	if n, _ := rdb.Exists(ctx(t), keys.ConnConfig("c1", "a1")).Result(); n != 0 {
+		t.Fatal("limits kept after DelConnLimits")
+	}
+}

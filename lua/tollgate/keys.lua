@@ -20,6 +20,8 @@ function _M.debtors(c) return "ratelimit:{" .. c .. "}:debtors" end
 function _M.totals(c) return "ratelimit:{" .. c .. "}:totals" end
 function _M.conn_config(c, a) return "connlimit:{" .. c .. "}:config:" .. a end
 function _M.conn_cluster(c) return "connlimit:{" .. c .. "}:cluster" end
+function _M.conn_limited(c) return "connlimit:{" .. c .. "}:limited" end
+function _M.conn_indexed() return "connlimit:indexed" end
 function _M.conn_node_stats(c, a, node)
     return "connlimit:{" .. c .. "}:stats:" .. a .. ":node:" .. node
 end

@@ -79,6 +79,15 @@ func run(log *slog.Logger) error {
 	if err := seedDemo(ctx, log, cfg, st, guard); err != nil {
 		return err
 	}
+	// once per store: the sets of apps with connection limits that gateways' full loads read
+	// (not into a lost store: nothing is written there before a restore)
+	if !guard.Lost() {
+		if n, err := store.IndexConnLimits(ctx, rdb); err != nil {
+			return err
+		} else if n > 0 {
+			log.Info("apps with connection limits indexed", "apps", n)
+		}
+	}
 	stopJobs, err := startJobs(ctx, log, cfg.Jobs, rdb, set, st)
 	if err != nil {
 		return err

@@ -159,14 +159,14 @@ func (s *Service) writeApp(ctx context.Context, actor, action string, a validate
 		k := keys.ConnConfig(a.ClusterID, a.AppID)
 		old, err := s.o.Redis.HMGet(ctx, k, "max_connections", "burst_connections").Result()
 		if err == nil {
-			err = s.o.Redis.HSet(ctx, k, "max_connections", a.Connections.MaxConnections,
-				"burst_connections", a.Connections.BurstConnections).Err()
+			err = store.SetConnLimits(ctx, s.o.Redis, a.ClusterID, a.AppID, a.Connections.MaxConnections,
+				a.Connections.BurstConnections)
 		}
 		if err != nil {
 			s.record(ctx, actor, action, "app/"+a.AppID, out, err)
 			return out, fmt.Errorf("changes: write connection limits: %w", err)
 		}
-		restore = func() { s.restoreConn(ctx, k, old) }
+		restore = func() { s.restoreConn(ctx, a.ClusterID, a.AppID, old) }
 	}
 	if _, err := s.o.Store.PutApp(ctx, a.App); err != nil {
 		restore()
@@ -179,12 +179,12 @@ func (s *Service) writeApp(ctx context.Context, actor, action string, a validate
 	return out, nil
 }
 
-func (s *Service) restoreConn(ctx context.Context, k string, old []any) {
+func (s *Service) restoreConn(ctx context.Context, cluster, app string, old []any) {
 	var err error
 	if l := connLimits(old); l != nil {
-		err = s.o.Redis.HSet(ctx, k, "max_connections", l.MaxConnections, "burst_connections", l.BurstConnections).Err()
+		err = store.SetConnLimits(ctx, s.o.Redis, cluster, app, l.MaxConnections, l.BurstConnections)
 	} else {
-		err = s.o.Redis.Del(ctx, k).Err()
+		err = store.DelConnLimits(ctx, s.o.Redis, cluster, app)
 	}
 	if err != nil {
 		s.o.Logger.Error("connection limits not restored after a failed app write", "err", err)
@@ -217,8 +217,10 @@ func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) 
 		_, err = s.o.Store.ReleaseApp(ctx, c, id)
 	}
 	if err == nil {
-		err = s.o.Redis.Del(ctx, keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id),
-			keys.ConnConfig(c, id)).Err()
+		err = s.o.Redis.Del(ctx, keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id)).Err()
+	}
+	if err == nil {
+		err = store.DelConnLimits(ctx, s.o.Redis, c, id)
 	}
 	out.Version, out.Written = v, err == nil
 	s.record(ctx, actor, "app.delete", "app/"+id, out, err)

@@ -73,8 +73,7 @@ func (s *Service) PutAppConnections(ctx context.Context, actor, id string, l val
 		return out, err
 	}
 	out.Version, err = s.o.Store.Bump(store.WithChange(ctx, store.ChangeConnApp, id), func(ctx context.Context) error {
-		return s.o.Redis.HSet(ctx, keys.ConnConfig(cur.ClusterID, id), "max_connections", l.MaxConnections,
-			"burst_connections", l.BurstConnections).Err()
+		return store.SetConnLimits(ctx, s.o.Redis, cur.ClusterID, id, l.MaxConnections, l.BurstConnections)
 	})
 	out.Written = err == nil
 	s.record(ctx, actor, "connections.update", "app/"+id, out, err)

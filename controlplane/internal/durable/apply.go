@@ -39,7 +39,10 @@ func (w Writer) deleteApp(ctx context.Context, a App) error {
 	if _, err := w.Store.ReleaseApp(ctx, c, id); err != nil {
 		return err
 	}
-	return w.Redis.Del(ctx, keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id), keys.ConnConfig(c, id)).Err()
+	if err := w.Redis.Del(ctx, keys.Leases(c, id), keys.Nodes(c, id), keys.Stats(c, id)).Err(); err != nil {
+		return err
+	}
+	return store.DelConnLimits(ctx, w.Redis, c, id)
 }
 
 // Plan checks doc against the store's current config cur: the violations of the document, and
@@ -197,12 +200,12 @@ func (w Writer) writeRest(ctx context.Context, cur, doc Document, oldC map[strin
 		switch {
 		case same(o.Connections, a.Connections):
 		case a.Connections == nil:
-			if err := r.Del(ctx, keys.ConnConfig(a.ClusterID, a.AppID)).Err(); err != nil {
+			if err := store.DelConnLimits(ctx, r, a.ClusterID, a.AppID); err != nil {
 				return err
 			}
 		default:
-			if err := r.HSet(ctx, keys.ConnConfig(a.ClusterID, a.AppID), "max_connections", a.Connections.MaxConnections,
-				"burst_connections", a.Connections.BurstConnections).Err(); err != nil {
+			if err := store.SetConnLimits(ctx, r, a.ClusterID, a.AppID, a.Connections.MaxConnections,
+				a.Connections.BurstConnections); err != nil {
 				return err
 			}
 		}

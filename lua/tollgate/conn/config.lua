@@ -26,6 +26,7 @@ local _M = {}
 local conn_conf            -- settings (configure)
 local redis_client, BG_MS     -- Redis client and background timeout (init)
 local PIPELINE = 500
+local limited               -- function, below
 
 --- The limiter's settings from the gateway's (the conn_* entries of tollgate.settings; read
 -- from the environment when not given).
@@ -221,6 +222,44 @@ function _M.read(red, apps, clusters, removed)
     return true
 end
 
+-- Of `apps` ({id, cluster}), those whose limits a full refresh must read: the members of their
+-- clusters' sets of apps with limits (connlimit:{c}:limited, SSCAN; kept by the control plane
+-- with the limits) and those this node holds limits for (a limit removed meanwhile is read as
+-- gone, and a change applied during the scan is read again, never dropped unread); every app
+-- when the control plane has not indexed the store yet (connlimit:indexed unset). Returns the
+-- list, or nil, err.
+limited = function(red, apps, clusters)
+    local indexed, err = red:get(keys.conn_indexed())
+    if err then
+        return nil, err
+    end
+    if indexed == null then
+        return apps
+    end
+    local members = {}
+    for _, c in ipairs(clusters) do
+        local set, cursor = {}, "0"
+        repeat
+            local r, serr = red:sscan(keys.conn_limited(c), cursor, "COUNT", 1000)
+            if not r then
+                return nil, serr
+            end
+            cursor = r[1]
+            for _, id in ipairs(r[2]) do
+                set[id] = true
+            end
+        until cursor == "0"
+        members[c] = set
+    end
+    local out = {}
+    for _, a in ipairs(apps) do
+        if members[a.cluster][a.id] or dict:get("lim:a:" .. a.id) then
+            out[#out + 1] = a
+        end
+    end
+    return out
+end
+
 --- Re-read the limits of the apps `list` ({id, cluster}; when nil, every app the node holds,
 --- config.app_ids()) and their clusters from Redis (worker 0), then a new generation that names
 --- them (workers drop those entries only), or, for every app (`all`), that drops every worker's
@@ -247,7 +286,15 @@ function _M.refresh(reason, list, all)
         end
     end
     local res, err = redis_client:with(BG_MS, function(red)
-        local ok, rerr = _M.read(red, apps, clusters)
+        local read = apps
+        if all then
+            local lerr
+            read, lerr = limited(red, apps, clusters)
+            if not read then
+                return nil, lerr
+            end
+        end
+        local ok, rerr = _M.read(red, read, clusters)
         if not ok then
             return nil, rerr
         end

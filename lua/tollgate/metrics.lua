@@ -225,6 +225,9 @@ end
 local NODE_REQ, NODE_BLK = "node\0req\0", "node\0blk\0"
 local FLUSHES = "flushes\0"     -- + worker id: flushes finished (not a series: it holds a \0)
 local NOT_APPS = { _invalid = true, _unknown = true, _unconfigured = true }
+-- a queue of the apps whose node totals were created, each pushed once by the worker that
+-- created them; the reporting worker drains it into its own list (node_totals)
+local NODE_APPS = "node\0apps"
 
 --- Move this worker's accumulators into the shared dict.
 function _M.flush()
@@ -241,6 +244,9 @@ function _M.flush()
                     blk = blk + n
                 end
             end
+        end
+        if mdict:add(NODE_REQ .. app, 0) and not NOT_APPS[app] then
+            mdict:rpush(NODE_APPS, app)     -- its first total: the report's list learns it
         end
         add(NODE_REQ .. app, n_app)
         add(NODE_BLK .. app, blk)
@@ -376,13 +382,36 @@ end
 
 --- Cumulative totals of this node since it started: requests, blocked, {app = {requests,
 -- blocked}} (apps only, not the "_invalid"/"_unknown"/"_unconfigured" labels).
+-- The apps with node totals, known to the reporting worker: listed from the dict once per worker
+-- start (a worker started by a reload finds the totals of its predecessors), then learnt from the
+-- queue the flushes fill — no walk of the dict on the report's timer.
+local node_apps
+
 function _M.node_totals()
+    if not node_apps then
+        node_apps = {}
+        local lr = #NODE_REQ
+        for _, k in ipairs(mdict:get_keys(0)) do   -- once per worker start
+            local app = sub(k, lr + 1)
+            if sub(k, 1, lr) == NODE_REQ and app ~= "" and not NOT_APPS[app] then
+                node_apps[app] = true
+            end
+        end
+    end
+    for _ = 1, 100000 do
+        local app = mdict:lpop(NODE_APPS)
+        if not app then
+            break
+        end
+        node_apps[app] = true
+    end
     local apps = {}
-    local lr = #NODE_REQ
-    for _, k in ipairs(mdict:get_keys(0)) do
-        local app = sub(k, lr + 1)
-        if sub(k, 1, lr) == NODE_REQ and app ~= "" and not NOT_APPS[app] then
-            apps[app] = { requests = mdict:get(k) or 0, blocked = mdict:get(NODE_BLK .. app) or 0 }
+    for app in pairs(node_apps) do
+        local n = mdict:get(NODE_REQ .. app)
+        if n then
+            apps[app] = { requests = n, blocked = mdict:get(NODE_BLK .. app) or 0 }
+        else
+            node_apps[app] = nil    -- the dict evicted it (a full zone): pushed again if it returns
         end
     end
     return mdict:get(NODE_REQ) or 0, mdict:get(NODE_BLK) or 0, apps

@@ -1,5 +1,7 @@
 -- cluster_config: create or update a storage cluster's L1 capacity.
--- KEYS[1] l1 hash  KEYS[2] l1 apps zset (allocations)
+-- KEYS[1] l1 hash  KEYS[2] l1 apps zset (allocations)  KEYS[3] debtors set (optional: given its
+-- placeholder member "", so that it always exists — l2_grant names it among its keys, and in a
+-- Redis Cluster slot migration a script whose keys are not all on the importing node is refused)
 -- ARGV[1] capacity (tokens/s)  ARGV[2] reserved_ratio
 -- Returns {capacity, allocated, available}
 local capacity = tonumber(ARGV[1])
@@ -25,4 +27,7 @@ local available = capacity - allocated - borrowed
 redis.call('HSET', KEYS[1], 'capacity', capacity, 'reserved_ratio', ARGV[2],
            'allocated', allocated, 'available', available)
 redis.call('HINCRBY', KEYS[1], 'alloc_rev', 1)
+if KEYS[3] then
+    redis.call('SADD', KEYS[3], '')
+end
 return {capacity, allocated, available}

@@ -37,7 +37,8 @@ func Nodes(cluster, app string) string { return rlPrefix + tag(cluster) + ":node
 func Active(cluster string) string { return rlPrefix + tag(cluster) + ":active" }
 
 // Debtors is the set of a cluster's apps in debt: added by the borrowing l2_grant (and by
-// l2_reconcile on finding debt), removed by l2_refill once the debt is repaid.
+// l2_reconcile on finding debt), removed by l2_refill once the debt is repaid. It also holds the
+// placeholder "" (written with the cluster), so that it always exists.
 func Debtors(cluster string) string { return rlPrefix + tag(cluster) + ":debtors" }
 
 // Totals is the hash of a cluster's cumulative reported consumption (total_consumed,

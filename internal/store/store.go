@@ -62,6 +62,23 @@ func New(rdb redis.Cmdable, scripts ScriptRunner) *Store {
 	return &Store{rdb: rdb, scripts: scripts}
 }
 
+// KeepDebtorsSets gives every cluster's debtors set its placeholder member "" (as cluster_config
+// does for a cluster it writes), for a store written before the placeholder: the set then always
+// exists, which a Redis Cluster slot migration needs of every key l2_grant names (a script whose
+// keys are not all on the importing node is refused with TRYAGAIN). Readers skip "" (not an id).
+func (s *Store) KeepDebtorsSets(ctx context.Context) error {
+	clusters, err := s.ListClusters(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range clusters {
+		if err := s.rdb.SAdd(ctx, keys.Debtors(c), "").Err(); err != nil {
+			return fmt.Errorf("store: debtors set of %s: %w", c, err)
+		}
+	}
+	return nil
+}
+
 // PutCluster creates or updates a cluster's capacity and reserved ratio.
 func (s *Store) PutCluster(ctx context.Context, c Cluster) (Allocation, error) {
 	if !keys.ValidID(c.ID) {
@@ -75,7 +92,7 @@ func (s *Store) PutCluster(ctx context.Context, c Cluster) (Allocation, error) {
 	}
 	ratio := strconv.FormatFloat(c.ReservedRatio, 'f', -1, 64)
 	res, err := s.scripts.Run(ctx, s.rdb, "cluster_config",
-		[]string{keys.L1(c.ID), keys.L1Apps(c.ID)}, c.Capacity, ratio).Int64Slice()
+		[]string{keys.L1(c.ID), keys.L1Apps(c.ID), keys.Debtors(c.ID)}, c.Capacity, ratio).Int64Slice()
 	if err != nil {
 		return Allocation{}, fmt.Errorf("store: put cluster %s: %w", c.ID, classifyScriptError(err))
 	}

@@ -79,9 +79,13 @@ func run(log *slog.Logger) error {
 	if err := seedDemo(ctx, log, cfg, st, guard); err != nil {
 		return err
 	}
-	// once per store: the sets of apps with connection limits that gateways' full loads read
-	// (not into a lost store: nothing is written there before a restore)
+	// once per store: the debtors sets' placeholders and the sets of apps with connection limits
+	// that gateways' full loads read (not into a lost store: nothing is written there before a
+	// restore)
 	if !guard.Lost() {
+		if err := st.KeepDebtorsSets(ctx); err != nil {
+			return err
+		}
 		if n, err := store.IndexConnLimits(ctx, rdb); err != nil {
 			return err
 		} else if n > 0 {

@@ -130,8 +130,8 @@ func TestIdleDebtorIsRepaid(t *testing.T) {
 	if s := dj.Stats(); s.Paid == 0 || l2.Debt != 0 || l2.Borrowed != 0 {
 		t.Fatalf("stats %+v, L2 %+v", s, l2)
 	}
-	if n, _ := f.RDB.SCard(f.Ctx, keys.Debtors("c")).Result(); n != 0 {
-		t.Fatalf("%d apps left in the debtors set after repayment", n)
+	if in, _ := f.RDB.SIsMember(f.Ctx, keys.Debtors("c"), "act-01").Result(); in {
+		t.Fatal("act-01 left in the debtors set after repayment")
 	}
 }
 

@@ -8,6 +8,7 @@
 --   <K>|h|<ep>       probes in flight, <K>|s|<ep> successful probes, of half-open epoch <ep>
 --   <K>|at           opened at (ms), <K>|lf last failure (ms), <K>|tq / <K>|tf the window at trip
 --   k|<K>            <K> has been used on this node (node report, gauges)
+--   kq<w>            list: breakers first used since worker <w> last read it (learn_used)
 -- Every transition goes through the marker of the epoch it leaves, so exactly one worker makes
 -- it (and logs it, counts it and emits its event). Counters of an epoch die with it.
 local config = require("tollgate.config.apps")
@@ -16,6 +17,16 @@ local metrics = require("tollgate.metrics")
 local events = require("tollgate.events")
 
 local bdict = ngx.shared.tollgate_breakers
+
+-- k|<K> marks a breaker used on this node; its first use also queues K for every worker's
+-- report (learn_used), once.
+local function mark_used(K)
+    if bdict:add("k|" .. K, true) then
+        for w = 0, ngx.worker.count() - 1 do
+            bdict:rpush("kq" .. w, K)
+        end
+    end
+end
 local cdict = ngx.shared.config_dict
 local var = ngx.var
 local now = ngx.now
@@ -150,7 +161,7 @@ local function transition(b, kt, ep, from, to, reason, q, f)
         end
     end
     bdict:set(kt.e, (ep + 1) * 4 + to)
-    bdict:set("k|" .. kt.K, true)
+    mark_used(kt.K)
     local to_name = STATE_NAMES[to]
     metrics.inc(format('ratelimit_circuit_transitions_total{backend="%s",to="%s"}', b.name,
         to_name))
@@ -248,7 +259,7 @@ local function record_closed(b, kt, ep, failed)
     bdict:incr(kt.wkey, failed and FAILBIT + 1 or 1, 0, b.ttl)
     if not kt.seen then
         kt.seen = true
-        bdict:set("k|" .. kt.K, true)
+        mark_used(kt.K)
     end
     if failed then
         bdict:set(kt.lf, t)
@@ -290,6 +301,31 @@ function _M.record(ctx)
     end
 end
 
+-- The breakers used on this node, per worker: listed from the dict once when the worker starts
+-- (a worker started by a reload finds its predecessors'), then learnt from the worker's own
+-- queue (kq<worker id>), into which the first use of a breaker pushes it for every worker — the
+-- node report's timer walks no shared dict.
+local used
+
+local function learn_used()
+    if not used then
+        used = {}
+        for _, k in ipairs(bdict:get_keys(0)) do   -- once per worker start
+            if k:sub(1, 2) == "k|" then
+                used[k:sub(3)] = true
+            end
+        end
+    end
+    local q = "kq" .. ngx.worker.id()
+    for _ = 1, 100000 do
+        local K = bdict:lpop(q)
+        if not K then
+            break
+        end
+        used[K] = true
+    end
+end
+
 -- Breaker states of this node ({K = {b, kt}}): every configured breaker plus the per-app ones
 -- that have been used (off the request path: compiles a generation no request brought yet).
 local function known()
@@ -303,13 +339,11 @@ local function known()
             out[name] = { b, keys_of(name) }
         end
     end
-    for _, k in ipairs(bdict:get_keys(0)) do
-        if k:sub(1, 2) == "k|" then
-            local K = k:sub(3)
-            local b = by_name[match(K, "^[^/]+")]
-            if b and (b.per_app and K ~= b.name or K == b.name) then
-                out[K] = { b, keys_of(K) }
-            end
+    learn_used()
+    for K in pairs(used) do
+        local b = by_name[match(K, "^[^/]+")]
+        if b and (b.per_app and K ~= b.name or K == b.name) then
+            out[K] = { b, keys_of(K) }
         end
     end
     return out

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,25 +13,13 @@ import (
 
 	"tollgate/internal/keys"
 	"tollgate/internal/store"
+	"tollgate/internal/testutil"
 	"tollgate/t/harness"
 )
 
-// hscanCalls is Redis' count of HSCAN commands (INFO commandstats): a full config load walks the
-// apps index with HSCAN; a change applied from the change log does not.
-func (s *stack) hscanCalls() int64 {
-	s.t.Helper()
-	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_hscan:calls=") {
-			v, _ := strconv.ParseInt(strings.TrimSuffix(strings.SplitN(line[len("cmdstat_hscan:calls="):], ",", 2)[0], "\r"), 10, 64)
-			return v
-		}
-	}
-	return 0
-}
+// hscanCalls is Redis' count of HSCAN commands: a full config load walks the apps index with
+// HSCAN; a change applied from the change log does not.
+func (s *stack) hscanCalls() int64 { return s.cmdCalls("hscan") }
 
 func manyApps(prefix string, n int) []store.App {
 	apps := make([]store.App, 0, n)
@@ -418,18 +405,7 @@ func TestFreshNodeServesWhileItsFirstLoadRuns(t *testing.T) {
 // cmdCalls is Redis' count of calls of command cmd (INFO commandstats).
 func (s *stack) cmdCalls(cmd string) int64 {
 	s.t.Helper()
-	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	prefix := "cmdstat_" + cmd + ":calls="
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, prefix) {
-			v, _ := strconv.ParseInt(strings.SplitN(line[len(prefix):], ",", 2)[0], 10, 64)
-			return v
-		}
-	}
-	return 0
+	return testutil.CommandCalls(s.t, s.rdb)[cmd]
 }
 
 // Issue 20 item 2: after a full load a node reads the connection limits of the apps that have

@@ -160,19 +160,8 @@ func floats(m map[string]string) map[string]float64 {
 // scriptCalls is the number of script executions Redis has served (EVAL + EVALSHA).
 func (s *stack) scriptCalls() int64 {
 	s.t.Helper()
-	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-			f := strings.SplitN(strings.SplitN(line, "calls=", 2)[1], ",", 2)[0]
-			v, _ := strconv.ParseInt(f, 10, 64)
-			n += v
-		}
-	}
-	return n
+	c := testutil.CommandCalls(s.t, s.rdb)
+	return c["evalsha"] + c["eval"]
 }
 
 func appsOf(a ...store.App) []store.App { return a }

@@ -4,36 +4,20 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
 	"tollgate/internal/store"
+	"tollgate/internal/testutil"
 )
 
 // commandStats returns the calls per command of INFO commandstats, without the commands the
-// measurement itself and the audit stream (written asynchronously, one entry per change) use.
+// measurement itself, a new pool connection and the audit stream (written asynchronously, one
+// entry per change) use.
 func commandStats(t *testing.T, f *fixture) map[string]int64 {
-	t.Helper()
-	info, err := f.rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		switch name {
-		case "info", "config|resetstat", "xadd", "xtrim", "xlen", "xrevrange", "xrange", "ping",
-			"hello", "client|setinfo", "select", "auth": // a new pool connection, not the request
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		out[name] = n
+	out := testutil.CommandCalls(t, f.rdb)
+	for _, name := range append([]string{"xadd", "xtrim", "xlen", "xrevrange", "xrange"}, testutil.Housekeeping...) {
+		delete(out, name)
 	}
 	return out
 }

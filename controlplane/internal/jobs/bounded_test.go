@@ -1,12 +1,9 @@
 package jobs_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,32 +17,10 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// commands is the number of commands Redis executed (INFO commandstats, the commands scripts
-// run included), without the measurement's own and a new connection's handshake.
+// commands is the number of commands Redis executed, without the measurement's own and a new
+// connection's handshake, and their list.
 func commands(t *testing.T, f *testutil.Fixture) (int64, string) {
-	t.Helper()
-	info, err := f.RDB.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum int64
-	var per []string
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		switch name {
-		case "info", "config|resetstat", "hello", "client|setinfo", "select", "auth", "ping":
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		sum += n
-		per = append(per, fmt.Sprintf("%s=%d", name, n))
-	}
-	return sum, strings.Join(per, " ")
+	return testutil.WorkCalls(testutil.CommandCalls(t, f.RDB), testutil.Housekeeping...)
 }
 
 // activeCluster creates cluster c with n apps (ids "app-NNNNN"), then gives the first `active`

@@ -1,43 +1,18 @@
 package live
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"strings"
 	"testing"
 
 	"tollgate/internal/testutil"
 )
 
-// redisCommands is the number of commands Redis executed (INFO commandstats), without the
-// measurement's own and a new connection's handshake.
+// redisCommands is the number of commands Redis executed, without the measurement's own and a
+// new connection's handshake, and their list.
 func redisCommands(t *testing.T, f *testutil.Fixture) (int64, string) {
-	t.Helper()
-	info, err := f.RDB.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum int64
-	var per []string
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		switch name {
-		case "info", "config|resetstat", "hello", "client|setinfo", "select", "auth":
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		sum += n
-		per = append(per, fmt.Sprintf("%s=%d", name, n))
-	}
-	return sum, strings.Join(per, " ")
+	return testutil.WorkCalls(testutil.CommandCalls(t, f.RDB), testutil.Housekeeping...)
 }
 
 // One collection costs the same number of Redis commands with 100 or 5,000 apps configured

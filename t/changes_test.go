@@ -430,17 +430,12 @@ func TestFullLoadReadsOnlyAppsWithConnectionLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the first load's connection limits (read before the store was indexed: every app) are
-	// read in a timer after it: wait until Redis sees no more of them
-	hmgets := s.cmdCalls("hmget")
-	eventually(t, "the first load's connection limits read", func() bool {
-		time.Sleep(200 * time.Millisecond)
-		n := s.cmdCalls("hmget")
-		done := n == hmgets && n >= 3000
-		hmgets = n
-		return done
-	})
+	// read in a timer after it
+	reads := func() float64 { return g.Metric("ratelimit_config_conn_full_reads_total") }
+	eventually(t, "the first load's connection limits read", func() bool { return reads() >= 1 })
 	// new limits behind the change log's back: only the full load's reading brings them
-	base := hmgets
+	before := reads()
+	base := s.cmdCalls("hmget")
 	for _, id := range []string{"lim-00010", "lim-00020"} {
 		if err := store.SetConnLimits(ctx, s.rdb, "default", id, 5, 6); err != nil {
 			t.Fatal(err)
@@ -450,18 +445,13 @@ func TestFullLoadReadsOnlyAppsWithConnectionLimits(t *testing.T) {
 	if _, err := s.store.Bump(ctx, nil); err != nil { // logged as "all": a full load
 		t.Fatal(err)
 	}
-	eventually(t, "a full load and the new limits of lim-00010 and lim-00020", func() bool {
-		return g.Metric("ratelimit_config_full_loads_total") > loads &&
-			connStateOf(g, "lim-00010").Max == 5 && connStateOf(g, "lim-00020").Burst == 6
+	eventually(t, "a full load and its connection limits read", func() bool {
+		return g.Metric("ratelimit_config_full_loads_total") > loads && reads() > before
 	})
-	eventually(t, "the full load's connection limits read", func() bool {
-		time.Sleep(200 * time.Millisecond)
-		n := s.cmdCalls("hmget")
-		done := n == hmgets
-		hmgets = n
-		return done
-	})
-	if n := hmgets - base; n > 100 {
+	if st := connStateOf(g, "lim-00010"); st.Max != 5 || connStateOf(g, "lim-00020").Burst != 6 {
+		t.Fatalf("the full load did not bring the new limits: lim-00010 %+v", st)
+	}
+	if n := s.cmdCalls("hmget") - base; n > 100 {
 		t.Errorf("the full load's connection limits took %d HMGETs for 2 apps with limits among 3,000", n)
 	}
 

@@ -55,6 +55,8 @@ local HELP = {
     ratelimit_config_version = { "gauge", "Config version this node enforces." },
     ratelimit_config_full_loads_total = { "counter",
         "Full loads of the config (new node, change log gap, a change logged as all)." },
+    ratelimit_config_conn_full_reads_total = { "counter",
+        "Reads of every held app's connection limits done (after each full load)." },
     ratelimit_config_changes_applied_total = { "counter",
         "Config changes applied one by one from the change log." },
     ratelimit_config_cache_wipes_total = { "counter",

@@ -358,6 +358,7 @@ metrics.add_gauges(function(gauges)
     gauges["ratelimit_config_store_lost"] = _M.store_lost() and 1 or 0
     gauges["ratelimit_config_store_lost_total"] = _M.store_lost_total()
     gauges["ratelimit_config_full_loads_total"] = cdict:get("full_loads") or 0
+    gauges["ratelimit_config_conn_full_reads_total"] = cdict:get("conn_full_reads") or 0
     gauges["ratelimit_config_changes_applied_total"] = cdict:get("changes_applied") or 0
     gauges["ratelimit_config_cache_wipes_total"] = cdict:get("cache_wipes") or 0
     gauges["ratelimit_config_dict_partial"] = cdict:get("partial") and 1 or 0

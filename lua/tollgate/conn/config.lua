@@ -305,6 +305,7 @@ function _M.refresh(reason, list, all)
         return nil, err
     end
     if all then
+        ngx.shared.config_dict:incr("conn_full_reads", 1, 0)    -- /metrics: conn_full_reads
         config.bump({ "conn_all -" })
     else
         local journal = {}

@@ -48,8 +48,9 @@ func TestPrometheusLoadsTheAlertRules(t *testing.T) {
 
 	want := []string{"auth_failures_burst", "block_rate_high", "block_rate_high_global", "circuit_open", "cleanup_stalled",
 		"config_dict_partial", "config_store_lost",
-		"connections_high", "connections_high_cluster", "connections_leaked", "drift_high", "emergency",
-		"node_degraded", "node_degraded_critical", "shared_dict_full", "traffic_spike"}
+		"connections_high", "connections_high_cluster", "connections_leaked", "connections_rejected",
+		"controlplane_down", "drift_high", "emergency", "gateway_down", "l1_exhausted",
+		"node_degraded", "node_degraded_critical", "node_stale", "redis_slow", "shared_dict_full", "traffic_spike"}
 	var got []string
 	var health []string
 	ok := false

@@ -200,6 +200,13 @@ function _M.add_gauges(fn)
     gauge_sources[#gauge_sources + 1] = fn
 end
 
+--- Create a counter series at 0 unless it exists: a series an alert reads with increase()
+-- must exist before its first event, or that event is the series' first sample and counts for
+-- nothing (deploy/prometheus/tollgate-alerts.yml).
+function _M.zero(series)
+    mdict:add(series, 0)
+end
+
 --- Count a rare event under a full series name, e.g. 'ratelimit_rejected_total{...}'.
 function _M.inc(series, n)
     other[series] = (other[series] or 0) + (n or 1)

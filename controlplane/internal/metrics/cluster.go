@@ -26,6 +26,7 @@ func defs() []metricDef {
 		{"tollgate_view_timestamp_seconds", "When the cluster view was collected.", nil},
 		{"tollgate_l1_capacity_tokens", "Cluster capacity (tokens/s).", clusterLabels},
 		{"tollgate_l1_available_tokens", "L1 borrowable pool of the cluster.", clusterLabels},
+		{"tollgate_l1_reserve_tokens", "Part of the cluster capacity L1 never lends (reserved_ratio x capacity).", clusterLabels},
 		{"tollgate_l1_allocated_tokens", "Sum of guaranteed quotas of the cluster.", clusterLabels},
 		{"tollgate_l1_borrowed_tokens", "Tokens borrowed by the cluster's apps.", clusterLabels},
 		{"tollgate_emergency_mode", "1 while the cluster is in emergency mode.", clusterLabels},
@@ -87,6 +88,7 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, cl := range s.Clusters {
 		g("tollgate_l1_capacity_tokens", float64(cl.Capacity), cl.ID)
 		g("tollgate_l1_available_tokens", float64(cl.Available), cl.ID)
+		g("tollgate_l1_reserve_tokens", float64(int64(cl.ReservedRatio*float64(cl.Capacity))), cl.ID)
 		g("tollgate_l1_allocated_tokens", float64(cl.Allocated), cl.ID)
 		g("tollgate_l1_borrowed_tokens", float64(cl.Borrowed), cl.ID)
 		g("tollgate_emergency_mode", b2f(cl.Emergency), cl.ID)

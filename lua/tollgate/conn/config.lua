@@ -10,6 +10,7 @@
 local keys = require("tollgate.keys")
 local config = require("tollgate.config.apps")
 local settings = require("tollgate.settings")
+local metrics = require("tollgate.metrics")
 
 local dict = ngx.shared.connlimit_dict
 local log = ngx.log
@@ -104,6 +105,10 @@ function _M.entry(id, cluster)
         s_app = "connlimit_rejected_total{" .. labels .. ',reason="app_limit_exceeded"}',
         s_cluster = "connlimit_rejected_total{" .. labels .. ',reason="cluster_limit_exceeded"}',
     }
+    -- the counters the alerts read exist at 0 before the app's first refusal or leak here
+    metrics.zero(e.s_app)
+    metrics.zero(e.s_cluster)
+    metrics.zero("connlimit_leaked_total{" .. labels .. "}")
     if cache_n >= CACHE_MAX then
         cache, cache_n = {}, 0
     end

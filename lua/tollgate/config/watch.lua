@@ -136,6 +136,26 @@ local function poll(premature)
     end
 end
 
+-- An idle subscription is normal: Redis sends nothing until a change. A read that times out on
+-- it would be logged by nginx itself at error level ("lua tcp socket read timed out", whatever
+-- the caller does with it), every read timeout. So a light thread writes a PING on the same
+-- (full-duplex) socket every PING_EVERY s; Redis answers "pong" on the subscription, the reader
+-- wakes at least that often (to see the worker exiting), and a read only times out (READ_TIMEOUT)
+-- when Redis stopped answering: a real error, logged as one.
+local PING_EVERY = 2
+local READ_TIMEOUT = 3 * PING_EVERY * 1000
+local PING = "*1\r\n$4\r\nPING\r\n"
+
+local function pinger(sock)
+    while not ngx.worker.exiting() do
+        ngx.sleep(PING_EVERY)
+        local ok, err = sock:send(PING)
+        if not ok then
+            return nil, err
+        end
+    end
+end
+
 -- Long-lived subscriber; reconnects after errors.
 local function subscriber(premature)
     if premature then
@@ -144,9 +164,10 @@ local function subscriber(premature)
     while not ngx.worker.exiting() do
         local red, err = redis_client:connect(conf.bg_timeout_ms)
         if red then
-            red:set_timeout(5000)
+            red:set_timeout(READ_TIMEOUT)
             local ok, serr = red:subscribe(keys.config_channel(), keys.emergency_channel())
             if ok then
+                local th = ngx.thread.spawn(pinger, rawget(red, "_sock"))
                 reload("subscribe")
                 while not ngx.worker.exiting() do
                     local msg, rerr = red:read_reply()
@@ -155,12 +176,13 @@ local function subscriber(premature)
                             emergency.notice(msg[3])
                         elseif msg[1] == "message" then
                             reload("notice")
-                        end
-                    elseif rerr ~= "timeout" then
+                        end    -- else "pong"
+                    else
                         err = rerr
                         break
                     end
                 end
+                ngx.thread.kill(th)
             else
                 err = serr
             end

@@ -26,9 +26,80 @@ local function hostname_id()
     return "gw-" .. h:gsub("[^%w_%-]", "-"):sub(1, 100)
 end
 
+-- Settings whose value is a small language of its own are parsed here too (entry.parse: the
+-- value, or nil and why), so that a start names every bad setting, not one per restart.
+local function items(v)
+    local out = {}
+    for item in v:gmatch("[^,]+") do
+        item = item:match("^%s*(.-)%s*$")
+        if item ~= "" then
+            out[#out + 1] = item
+        end
+    end
+    return out
+end
+
+local function app_sources(v)
+    local seen, list = {}, items(v)
+    for _, name in ipairs(list) do
+        if name ~= "s3_access_key" and name ~= "header" and not name:match("^var:[%w_]+$") then
+            return nil, "names an unknown source '" .. name
+                .. "' (s3_access_key, header, var:<nginx variable>)"
+        end
+        if seen[name] then
+            return nil, "lists source '" .. name .. "' twice"
+        end
+        seen[name] = true
+    end
+    if #list == 0 then
+        return nil, "must name at least one source"
+    end
+    return v
+end
+
+local function s3_domains(v)
+    for _, d in ipairs(items(v)) do
+        d = d:lower()
+        if not d:match("^[%w][%w%.%-]*$") or find(d, "..", 1, true) then
+            return nil, "has a bad domain '" .. d .. "'"
+        end
+    end
+    return v
+end
+
+-- base costs: a list (TOLLGATE_COSTS) or the costs option's table, names checked by tollgate.cost
+local function cost_table(t)
+    local cost = require("tollgate.cost")
+    local ok, err = cost.new({ base = t })
+    if not ok then
+        return nil, "is refused: " .. err
+    end
+    return t
+end
+
+local function cost_list(v)
+    local t, err = require("tollgate.cost").parse_list(v)
+    if not t then
+        return nil, "is refused: " .. err
+    end
+    local ok, cerr = cost_table(t)
+    if not ok then
+        return nil, cerr
+    end
+    return v
+end
+
+local function redis_url(v)
+    local u, err = require("tollgate.redis.url").parse(v)
+    if not u then
+        return nil, "is refused: " .. err
+    end
+    return v
+end
+
 -- luacheck: push ignore 631 (one line per setting)
 _M.SCHEMA = {
-    { key = "redis_url", env = "TOLLGATE_REDIS_URL", kind = "string", default = "redis://127.0.0.1:6390/0", doc = "Redis of the L1/L2 state and the config: `redis://[:password@]host:port[/db]`, `rediss://`, `redis-sentinel://`, `redis-cluster://`" },
+    { key = "redis_url", env = "TOLLGATE_REDIS_URL", kind = "string", parse = redis_url, secret = true, default = "redis://127.0.0.1:6390/0", doc = "Redis of the L1/L2 state and the config: `redis://[:password@]host:port[/db]`, `rediss://`, `redis-sentinel://`, `redis-cluster://`" },
     { key = "node_id", env = "TOLLGATE_NODE_ID", kind = "id", default = hostname_id, doc_default = "`gw-<hostname>`", doc = "this node's id, unique per node; names its leases and its report" },
     { key = "scripts_dir", env = "TOLLGATE_SCRIPTS_DIR", kind = "string", doc_default = "`redis-scripts/` next to `lua/`", doc = "directory of the Redis scripts the gateway loads (the files the control plane loads)" },
     { key = "mode", env = "TOLLGATE_LIMITER_MODE", kind = "enum", values = { "lease", "remote" }, default = "lease", doc = "`remote` calls Redis for every request (the benchmarks' baseline only)" },
@@ -50,19 +121,19 @@ _M.SCHEMA = {
     { key = "config_poll", env = "TOLLGATE_CONFIG_POLL", kind = "number", default = 1.0, above = 0, max = 60, doc = "seconds between config version polls (pub/sub notices apply at once)" },
     { key = "report_interval", env = "TOLLGATE_REPORT_INTERVAL", kind = "number", default = 5, min = 0.1, max = 15, doc = "seconds between this node's reports in `ratelimit:gateways` (made at a config poll; the control plane calls a node stale after 30 s without one)" },
     { key = "pool_size", kind = "integer", default = 50, min = 1, max = 10000, doc = "Redis connections kept per worker" },
-    { key = "costs", kind = "table", doc_default = "the built-in tier costs", doc = "tier costs (`tollgate.cost`), checked at start" },
+    { key = "costs", kind = "table", parse = cost_table, doc_default = "the built-in tier costs", doc = "tier costs (`tollgate.cost`), checked at start" },
     { key = "chunked_estimate", env = "TOLLGATE_CHUNKED_ESTIMATE", kind = "integer", default = 1048576, min = 0, doc = "bytes a chunked upload without `x-amz-decoded-content-length` pays up front" },
     { key = "reservation_timeout", env = "TOLLGATE_RESERVATION_TIMEOUT", kind = "number", default = 3600, above = 0, doc = "seconds after which an uncompleted multipart reservation is released" },
     { key = "jit_tune", env = "TOLLGATE_JIT_TUNE", kind = "bool", default = "on", doc = "`on` raises LuaJIT's trace limits (VM-wide, in `init_by_lua`) so that the request path compiles; `off` keeps the VM's defaults" },
     { key = "events_per_sec", env = "TOLLGATE_EVENTS_PER_SEC", kind = "integer", default = 20, min = 0, max = 100000, doc = "event entries per second this node writes to `ratelimit:events` (0: none); the rest are folded into the next entry's `sampled`" },
     { key = "trusted_proxies", env = "TOLLGATE_TRUSTED_PROXIES", kind = "cidrs", default = "", doc = "comma-separated CIDRs of proxies whose `X-Forwarded-For` is believed for the client IP of rules" },
-    { key = "app_sources", env = "TOLLGATE_APP_SOURCES", kind = "string", default = "s3_access_key,header", doc = "identity sources in order: `s3_access_key` (the app of the request's S3 access key id), `header` (the app header), `var:<name>` (an nginx variable); see docs/s3.md" },
+    { key = "app_sources", env = "TOLLGATE_APP_SOURCES", kind = "string", parse = app_sources, default = "s3_access_key,header", doc = "identity sources in order: `s3_access_key` (the app of the request's S3 access key id), `header` (the app header), `var:<name>` (an nginx variable); see docs/s3.md" },
     { key = "app_header_from", env = "TOLLGATE_APP_HEADER_FROM", kind = "enum", values = { "any", "trusted" }, default = "any", doc = "`trusted`: the app header counts only on connections from `TOLLGATE_TRUSTED_PROXIES`" },
     { key = "default_app", env = "TOLLGATE_DEFAULT_APP", kind = "id", doc = "app charged for S3 access key ids the gateway does not know (unset: `403 InvalidAccessKeyId`)" },
-    { key = "s3_domains", env = "TOLLGATE_S3_DOMAINS", kind = "string", default = "", doc = "comma-separated domains of virtual-hosted S3 addressing (`<bucket>.<domain>`)" },
+    { key = "s3_domains", env = "TOLLGATE_S3_DOMAINS", kind = "string", parse = s3_domains, default = "", doc = "comma-separated domains of virtual-hosted S3 addressing (`<bucket>.<domain>`)" },
     { key = "error_format", env = "TOLLGATE_ERROR_FORMAT", kind = "enum", values = { "auto", "s3" }, default = "auto", doc = "`auto`: refusals in S3's XML dialect for requests with S3 credentials, JSON otherwise; `s3`: S3's dialect for all" },
     { key = "s3_throttle_status", env = "TOLLGATE_S3_THROTTLE_STATUS", kind = "enum", values = { "503", "429" }, default = "503", doc = "HTTP status of S3 `SlowDown` refusals" },
-    { key = "cost_list", env = "TOLLGATE_COSTS", kind = "string", default = "", doc = "base costs of S3 operations or their classes, e.g. `ListObjectsV2=4,PUT=6` (docs/s3.md); the `costs` option replaces it" },
+    { key = "cost_list", env = "TOLLGATE_COSTS", kind = "string", parse = cost_list, default = "", doc = "base costs of S3 operations or their classes, e.g. `ListObjectsV2=4,PUT=6` (docs/s3.md); the `costs` option replaces it" },
     { key = "conn_app_limit", env = "TOLLGATE_CONN_APP_LIMIT", kind = "integer", default = 1000, min = 1, doc = "requests in flight per app and node when Redis has no `connlimit:{c}:config:<app>`" },
     { key = "conn_cluster_limit", env = "TOLLGATE_CONN_CLUSTER_LIMIT", kind = "integer", default = 5000, min = 1, doc = "requests in flight per cluster and node when Redis has no `connlimit:{c}:cluster`" },
     { key = "conn_timeout", env = "TOLLGATE_CONN_TIMEOUT", kind = "number", default = 300, min = 0.1, doc = "seconds without a heartbeat after which an in-flight slot counts as leaked" },
@@ -167,15 +238,24 @@ function _M.load(opts, getenv)
         end
         if raw ~= nil then
             local v, msg = check(e, raw)
+            if v ~= nil and e.parse then
+                v, msg = e.parse(v)
+            end
             if v == nil then
                 local name = from or e.env or e.key
                 if from == e.key and e.env then
                     name = e.key .. " (" .. e.env .. ")"
                 end
-                errs[#errs + 1] = name .. "='" .. tostring(raw) .. "' " .. msg
+                -- a value that can hold a secret (a password in the URL) is never echoed
+                local shown = e.secret and " (value not shown) " or "='" .. tostring(raw) .. "' "
+                errs[#errs + 1] = name .. shown .. msg
             end
             s[e.key] = v
         end
+    end
+    -- settings that only make sense together
+    if s.app_header_from == "trusted" and s.trusted_proxies and #s.trusted_proxies == 0 then
+        errs[#errs + 1] = "TOLLGATE_APP_HEADER_FROM='trusted' needs TOLLGATE_TRUSTED_PROXIES"
     end
     return s, errs
 end

@@ -63,6 +63,46 @@ describe("settings", function()
         assert.matches("events_per_sec (TOLLGATE_EVENTS_PER_SEC)='1.5'", err, 1, true)
     end)
 
+    it("names the bad identity, S3, cost and Redis settings at once too", function()
+        local _, errs = settings.load({}, env({
+            TOLLGATE_APP_SOURCES = "header,cookie", TOLLGATE_S3_DOMAINS = "s3.example.com,bad..dom",
+            TOLLGATE_COSTS = "GetObject=1,Teleport=3", TOLLGATE_APP_HEADER_FROM = "trusted",
+            TOLLGATE_REDIS_URL = "redis://:hunter2@127.0.0.1/0",
+            TOLLGATE_REPORT_INTERVAL = "99" }))
+        local want = { "TOLLGATE_APP_SOURCES='header,cookie' names an unknown source 'cookie'",
+            "TOLLGATE_S3_DOMAINS='s3.example.com,bad..dom' has a bad domain 'bad..dom'",
+            "TOLLGATE_COSTS='GetObject=1,Teleport=3' is refused: unknown operation in cost table: "
+                .. "Teleport",
+            "TOLLGATE_APP_HEADER_FROM='trusted' needs TOLLGATE_TRUSTED_PROXIES",
+            "TOLLGATE_REDIS_URL (value not shown) is refused: invalid redis url",
+            "TOLLGATE_REPORT_INTERVAL='99' must be" }
+        local all = table.concat(errs, "\n")
+        assert.equals(#want, #errs, all)
+        for _, w in ipairs(want) do
+            assert.truthy(all:find(w, 1, true), w .. " in:\n" .. all)
+        end
+        assert.falsy(all:find("hunter2", 1, true), "the Redis password in: " .. all)
+        -- each refused the same way on its own
+        for _, bad in ipairs({ { TOLLGATE_APP_SOURCES = " , " },
+                               { TOLLGATE_APP_SOURCES = "header,header" },
+                               { TOLLGATE_COSTS = "GetObject" }, { TOLLGATE_COSTS = "LIST=x" },
+                               { TOLLGATE_S3_DOMAINS = "-x.com" },
+                               { TOLLGATE_REDIS_URL = "http://x:1" } }) do
+            local _, e = settings.load({}, env(bad))
+            assert.equals(1, #e, next(bad) .. ": " .. table.concat(e, "; "))
+        end
+        local _, e = settings.load({ costs = { Teleport = 1 } }, env({}))
+        assert.equals(1, #e)
+        assert.matches("unknown operation in cost table: Teleport", e[1], 1, true)
+        -- good values pass
+        local s, ok = settings.load({}, env({ TOLLGATE_APP_SOURCES = "var:app_id, header",
+            TOLLGATE_S3_DOMAINS = "S3.Example.com", TOLLGATE_COSTS = "LIST=4, GetObject=2",
+            TOLLGATE_APP_HEADER_FROM = "trusted", TOLLGATE_TRUSTED_PROXIES = "10.0.0.0/8",
+            TOLLGATE_REDIS_URL = "redis-sentinel://a:26379,b:26379/mymaster/2" }))
+        assert.same({}, ok)
+        assert.equals("LIST=4, GetObject=2", s.cost_list)
+    end)
+
     it("tunes the JIT unless told 'off'", function()
         assert.equals("on", config.settings({ node_id = "n1" }).jit_tune)
         assert.equals("off", config.settings({ node_id = "n1", jit_tune = "off" }).jit_tune)

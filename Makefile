@@ -15,8 +15,15 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
-# the admin console (web/dist, embedded by the control plane; see web/embed.go)
-web: deps
+# the admin console (web/dist, embedded by the control plane; see web/embed.go), built only when
+# one of its sources is newer than the last build's web/dist/index.html: make run / make up on an
+# unchanged tree do not type-check and bundle it again (t/makefile_test.go)
+WEB_SRC := $(shell find web/src web/public web/scripts -type f 2>/dev/null) web/index.html \
+	web/package.json web/package-lock.json web/vite.config.ts $(wildcard web/tsconfig*.json)
+
+web: web/dist/index.html
+
+web/dist/index.html: $(WEB_SRC) | deps
 	cd web && npm run build
 
 build: deps web

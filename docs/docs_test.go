@@ -433,3 +433,19 @@ func TestCitationParsing(t *testing.T) {
 		}
 	}
 }
+
+// issueNumber is a tracker issue or task cited by number: the word, an optional #, digits.
+var issueNumber = regexp.MustCompile(`(?i)\b(issue|task) #?[0-9]+`)
+
+// TestProductDocsCiteNoIssueNumbers: the docs describe the product as it is; which issue changed
+// what is git's history, not a reader's concern.
+func TestProductDocsCiteNoIssueNumbers(t *testing.T) {
+	for _, f := range repoFiles(t) {
+		if f.path != "README.md" && !strings.HasPrefix(f.path, "docs/") || !strings.HasSuffix(f.path, ".md") {
+			continue
+		}
+		for _, loc := range issueNumber.FindAllStringIndex(f.text, -1) {
+			t.Errorf("%s:%d: %q cites an issue number", f.path, lineOf(f.text, loc[0]), f.text[loc[0]:loc[1]])
+		}
+	}
+}

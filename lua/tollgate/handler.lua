@@ -7,6 +7,7 @@
 --   health(), metrics()               content handlers, never limited
 local keys = require("tollgate.keys")
 local config = require("tollgate.config.apps")
+local settings = require("tollgate.settings")
 local cost_mod = require("tollgate.cost")
 local scripts = require("tollgate.redis.scripts")
 local rredis = require("tollgate.redis.client")
@@ -58,7 +59,7 @@ local function tune_jit(mode)
 end
 
 function _M.init(opts)
-    conf = config.settings(opts)
+    conf = settings.get(opts)
     tune_jit(conf.jit_tune)
     -- the config generation's mirror, mapped before the workers fork (a plain read per request)
     local _, gerr = config.share_generation()

@@ -3,7 +3,6 @@
 package.path = "lua/?.lua;" .. package.path
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
 ngx.shared = ngx.shared or {}
-local config = require("tollgate.config.apps")
 local settings = require("tollgate.settings")
 
 local function env(t)
@@ -33,7 +32,7 @@ describe("settings", function()
 
     for _, bad in ipairs({ 0, 0.05, 16, -1, "x" }) do
         it("refuses a report interval of " .. bad, function()
-            local ok, err = pcall(config.settings, { node_id = "n1", report_interval = bad })
+            local ok, err = pcall(settings.get, { node_id = "n1", report_interval = bad })
             assert.is_false(ok)
             assert.matches("report_interval (TOLLGATE_REPORT_INTERVAL)='" .. bad .. "' must be",
                 err, 1, true)
@@ -104,8 +103,8 @@ describe("settings", function()
     end)
 
     it("tunes the JIT unless told 'off'", function()
-        assert.equals("on", config.settings({ node_id = "n1" }).jit_tune)
-        assert.equals("off", config.settings({ node_id = "n1", jit_tune = "off" }).jit_tune)
+        assert.equals("on", settings.get({ node_id = "n1" }).jit_tune)
+        assert.equals("off", settings.get({ node_id = "n1", jit_tune = "off" }).jit_tune)
     end)
 
     it("documents every entry", function()

@@ -1,10 +1,12 @@
--- The gateway's settings (read through tollgate.settings) and the cache of app configs:
--- Redis `ratelimit:apps` -> config_dict (shared by workers) -> a
--- per-worker table of parsed configs keyed by config version.
+-- The config cache: this node's copy of the config, kept current by a generation. Redis
+-- `ratelimit:apps` -> config_dict (shared by workers; written by tollgate.config.load) -> a
+-- per-worker table of parsed app configs, valid for one config generation. The generation (a
+-- counter of config_dict, mirrored in a page the master maps) moves on every change; its
+-- journal names what changed, so that a worker drops only that (refresh). Also what the node
+-- knows of the store it holds the config of (version, epoch, lost) and the config's gauges.
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
 local genpage = require("tollgate.config.genpage")
-local settings = require("tollgate.settings")
 local metrics = require("tollgate.metrics")
 
 local type = type
@@ -13,12 +15,6 @@ local floor = math.floor
 local _M = {}
 
 local cdict = ngx.shared.config_dict
-
---- The gateway's settings (tollgate.settings: init() options over TOLLGATE_* variables over
--- defaults); error() naming every bad setting.
-function _M.settings(opts)
-    return settings.get(opts)
-end
 
 -- Parse and check one app config (JSON from ratelimit:apps). Returns table or nil, err.
 local function parse_app(id, json)
@@ -312,25 +308,8 @@ function _M.epoch()
     return cdict:get("epoch")
 end
 
--- Loading from the store (the change log, a full load, the store's epoch) lives in
--- tollgate.config.load, which requires this module (tollgate.config.watch requires it at init:
--- a module first required in a worker is read with the worker's rights, which may not reach
--- the prefix); these keep the names other callers use.
-function _M.update(red)
-    return require("tollgate.config.load").update(red)
-end
-
-function _M.reload(red)
-    return require("tollgate.config.load").reload(red)
-end
-
-function _M.apply_changes(red, version)
-    return require("tollgate.config.load").apply_changes(red, version)
-end
-
--- for tollgate.config.load: the app parser, the cluster list's upkeep and the generation's
--- publication
-_M.parse_app = parse_app
+-- for tollgate.config.load (which requires this module, never the reverse): the app parser,
+-- the cluster list's upkeep and the generation's publication
 _M.add_clusters = add_clusters
 function _M.publish()
     genpage.publish(gpage, get_generation)

@@ -1,15 +1,13 @@
 -- Config watch (worker 0): apply a new config version at once on a pub/sub notice, and poll
 -- the version so that a missed notice converges within one poll interval (docs/design.md §8).
--- Also announces this node in `ratelimit:gateways` (id, last report, config version).
+-- The poll's Redis round also carries the node's report (tollgate.heartbeat) when it is due,
+-- and the emergency state's refresh.
 local config = require("tollgate.config.apps")
 local load = require("tollgate.config.load")
 local emergency = require("tollgate.lease.emergency")
-local deg = require("tollgate.redis.degradation")
-local metrics = require("tollgate.metrics")
+local heartbeat = require("tollgate.heartbeat")
 local connlimit = require("tollgate.conn.limiter")
-local breaker = require("tollgate.breaker.breaker")
 local keys = require("tollgate.keys")
-local cjson = require("cjson.safe")
 
 local log = ngx.log
 local ERR = ngx.ERR
@@ -19,10 +17,10 @@ local now = ngx.now
 local _M = {}
 
 local conf, redis_client
-local last_announce = 0
 
 function _M.init(settings, client)
     conf, redis_client = settings, client
+    heartbeat.init(settings)
 end
 
 local running, pending = false, false
@@ -92,36 +90,12 @@ local function poll(premature)
         if epoch ~= ngx.null and epoch ~= config.epoch() then
             ver = "epoch:" .. epoch    -- another epoch: reload, which decides
         end
-        local t = now()
-        -- timers fire a little late, never early: a report interval equal to the poll interval
-        -- must not skip every other poll
-        if t - last_announce >= conf.report_interval - 0.01 then
-            last_announce = t
-            metrics.flush()
-            local requests, blocked, apps = metrics.node_totals()
-            local breakers = breaker.report()
-            local leaked, cleanup_run = connlimit.leak_stats()
-            local ok, herr = red:hset(keys.gateways(), conf.node_id, cjson.encode({
-                node_id = conf.node_id,
-                last_seen = math.floor(t),
-                config_version = config.version(),
-                config_store_lost = config.store_lost(),
-                mode = conf.mode,
-                degradation_level = deg.level(),
-                redis_latency_ms = deg.latency() * 1000,
-                l3_hit_ratio = metrics.hit_ratio(),
-                requests_total = requests,
-                blocked_total = blocked,
-                apps = next(apps) and apps or cjson.empty_table,
-                breakers = next(breakers) and breakers or cjson.empty_table,
-                conn_leaked_total = leaked,
-                conn_cleanup_last_run = cleanup_run,
-            }))
-            if not ok then
-                return nil, herr    -- e.g. READONLY: the connection must not be pooled
-            end
+        local ok, herr = heartbeat.report_if_due(red, now())
+        if not ok then
+            return nil, herr    -- e.g. READONLY: the connection must not be pooled
         end
-        local ok, eerr = emergency.refresh(red)
+        local eerr
+        ok, eerr = emergency.refresh(red)
         if not ok then
             return nil, eerr
         end

@@ -1,8 +1,71 @@
--- Shared-dict layout of the local tier (L3): per-app key names (built once per app per worker)
--- and the atomic primitives every module uses on them.
+-- The gateway's shared dicts: every dict's key layout in one table (LAYOUT, below), the
+-- per-app key names of the local tier (L3, built once per app per worker) and the atomic
+-- primitives every module uses on them.
 local dict = ngx.shared.ratelimit
 
 local _M = { dict = dict }
+
+-- Every lua_shared_dict of nginx/tollgate_http.conf and every key it holds: { pattern, what,
+-- the module that writes it }. <app>, <cluster>, <id>: ids; <g>: a generation or worker tag;
+-- <n>: a number. t/lua/shm_spec.lua checks that this table names exactly the dicts the nginx
+-- include declares and /metrics reports.
+-- luacheck: push ignore 631 (one line per key)
+_M.LAYOUT = {
+    ratelimit = {
+        { "app:<app>:<field>", "the app's local lease and its bookkeeping (fields: keys() below)", "tollgate.shm" },
+        { "app:<app>:fail_open:<second>", "cost admitted fail-open in that second", "tollgate.lease.bucket" },
+        { "em:<cluster>", "the cluster's emergency state", "tollgate.lease.emergency" },
+        { "sync:visited", "apps the last sync tick visited", "tollgate.lease.sync" },
+        { "rsv:mp:<app>:<md5 of path>, rsv:s:<n>, rsv:next, rsv:active, rsv:reserved", "multipart reservations: upload -> slot, slots, their totals", "tollgate.lease.reservation" },
+        { "deg:level, deg:lat:<worker>", "degradation level, each worker's Redis latency", "tollgate.redis.degradation" },
+        { "brk:open, brk:until", "the Redis breaker: open, and until when", "tollgate.redis.degradation" },
+        { "redis:sentinel:<master>[:lock|:tick]", "Sentinel's master address, its refresh lock and tick", "tollgate.redis.sentinel" },
+    },
+    connlimit_dict = {
+        { "ca:<app>, cc:<cluster>", "requests in flight", "tollgate.conn.limiter" },
+        { "pa:<app>[:<n>], pc:<cluster>", "peaks (and their markers)", "tollgate.conn.limiter" },
+        { "ra:<app>, rc:<cluster>, la:<app>, th:<app>", "rejected, force-released, above 90 % since the last event", "tollgate.conn.limiter" },
+        { "leaked_total, cleanup_last_run", "node totals of the leak cleanup", "tollgate.conn.limiter" },
+        { "lim:a:<app>, lim:c:<cluster>", "connection limits read from Redis", "tollgate.conn.config" },
+        { "t:<g>:<n>, ts:<g>:<n>, ti:<g>:<n>, x:<key>@<stamp>, tg:<n>, tseq", "tracking records of requests in flight, their heartbeats, client IPs, claims, tags", "tollgate.conn.record" },
+        { "wt:<g>, wp:<g>, wl:<g>, wseq", "the tracking workers: tag, pid, last heartbeat", "tollgate.conn.track" },
+    },
+    config_dict = {
+        { "version, epoch, store_lost, store_lost_total", "the config version held, the store's epoch, whether the store was lost", "tollgate.config.load" },
+        { "generation, chg:<g>", "the config generation and the journal of what each changed", "tollgate.config.apps" },
+        { "app:<app>, rule:<id>, rule_ids, breakers", "app configs, rules, their ids, breaker configs (JSON)", "tollgate.config.load" },
+        { "ak:<access key id>, bk:<bucket>", "the app of an S3 access key, of a bucket", "tollgate.config.load" },
+        { "clusters", "the clusters of the configured apps", "tollgate.config.apps" },
+        { "partial, loading", "the dict holds only part of the apps; a first load under way", "tollgate.config.load" },
+        { "errors, full_loads, changes_applied, zone_full_total, cache_wipes, lookups, lookup_errors, conn_full_reads", "counters of /metrics' ratelimit_config_*", "tollgate.config.load" },
+    },
+    tollgate_active = {
+        { "<app>", "the app has local state on this node (what the timers visit)", "tollgate.lease.active" },
+        { ":q, :overflow", "apps newly active (a queue); the dict was full", "tollgate.lease.active" },
+    },
+    tollgate_metrics = {
+        { "<series>{<labels>}", "a Prometheus counter or gauge", "tollgate.metrics" },
+        { "<histogram>\\0<bucket|sum|count>", "histogram parts (keys with a NUL are never rendered)", "tollgate.metrics" },
+        { "node\\0req\\0<app>, node\\0blk\\0<app>, node\\0apps, flushes\\0<worker>", "node totals of the report, the queue of their apps, flushes done", "tollgate.metrics" },
+    },
+    tollgate_rules = {
+        { "<rule>:<scope key>[:<window>]", "node rule counters (fixed and sliding windows, token buckets)", "tollgate.rules.local" },
+        { "gx:, gl:, gi:, gn:, gr:, gf:<rule>:<scope key>", "a global rule's local lease: valid until, units left, lease id, next, refill, failing", "tollgate.rules.global" },
+        { "p:<series>", "the rule hit counters last pushed to Redis", "tollgate.rules.check" },
+    },
+    tollgate_events = {
+        { "q", "the queue of events waiting for the Redis stream", "tollgate.events" },
+        { "f:<type>:<app>, r:<second>", "events folded into the next one, events written per second", "tollgate.events" },
+    },
+    tollgate_breakers = {
+        { "<K>|e, <K>|x|<ep>, <K>|w|<ep>|<i>, <K>|h|<ep>, <K>|s|<ep>, <K>|at, <K>|lf, <K>|tq, <K>|tf", "a backend breaker's state, window and probes (layout: tollgate.breaker.breaker)", "tollgate.breaker.breaker" },
+        { "k|<K>, kq<worker>", "breakers used on this node, and each worker's queue of them", "tollgate.breaker.breaker" },
+    },
+    tollgate_authfail = {
+        { "<client ip>", "requests the backend refused as unauthenticated in the last minute (evicts)", "tollgate.request.log" },
+    },
+}
+-- luacheck: pop
 
 local cache = {}
 local cache_n = 0

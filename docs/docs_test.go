@@ -449,3 +449,52 @@ func TestProductDocsCiteNoIssueNumbers(t *testing.T) {
 		}
 	}
 }
+
+// mapRow is a row of design.md's module map: | `tollgate.a.b` | ... |
+var mapRow = regexp.MustCompile("(?m)^\\| `(tollgate(?:\\.[A-Za-z0-9_]+)*)` \\|")
+
+// TestModuleMapMatchesTheTree: design.md's module map lists every Lua module of lua/tollgate/,
+// and only those.
+func TestModuleMapMatchesTheTree(t *testing.T) {
+	design := readDoc(t, "docs/design.md")
+	start := strings.Index(design, "\n### Module map\n")
+	if start < 0 {
+		t.Fatal("docs/design.md has no \"### Module map\" section")
+	}
+	section := design[start+1:]
+	if end := strings.Index(section, "\n#"); end >= 0 {
+		section = section[:end]
+	}
+	listed := map[string]bool{}
+	for _, m := range mapRow.FindAllStringSubmatch(section, -1) {
+		if listed[m[1]] {
+			t.Errorf("design.md's module map lists %s twice", m[1])
+		}
+		listed[m[1]] = true
+	}
+	tree := map[string]bool{}
+	err := filepath.WalkDir(filepath.Join(root, "lua", "tollgate"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".lua") {
+			return err
+		}
+		rel, _ := filepath.Rel(filepath.Join(root, "lua"), p)
+		tree[strings.ReplaceAll(strings.TrimSuffix(filepath.ToSlash(rel), ".lua"), "/", ".")] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tree) == 0 {
+		t.Fatal("no Lua module under lua/tollgate")
+	}
+	for m := range tree {
+		if !listed[m] {
+			t.Errorf("%s (lua/%s.lua) is missing from docs/design.md's module map", m, strings.ReplaceAll(m, ".", "/"))
+		}
+	}
+	for m := range listed {
+		if !tree[m] {
+			t.Errorf("docs/design.md's module map lists %s, which is not in lua/tollgate", m)
+		}
+	}
+}

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Gateway holds the L3 lease parameters, with the defaults of lua/tollgate/config/apps.lua and
+// Gateway holds the L3 lease parameters, with the defaults of lua/tollgate/settings.lua and
 // lua/tollgate/lease/sync.lua.
 type Gateway struct {
 	SyncInterval    time.Duration // TOLLGATE_SYNC_INTERVAL 0.1 s

@@ -59,8 +59,11 @@ type S3BackendOptions struct {
 	// Credentials are the access keys (access key id -> secret) the backend accepts besides
 	// its root account; each is an account of role "userplus" (may create buckets).
 	Credentials map[string]string
-	// Domains of virtual-hosted addressing (<bucket>.<domain>); versitygw takes one
+	// Domain of virtual-hosted addressing (<bucket>.<domain>); versitygw takes one
 	Domain string
+	// Versioning lets buckets enable versioning (versitygw keeps old versions in a directory
+	// of their own)
+	Versioning bool
 }
 
 // S3Backend is a running versitygw.
@@ -112,6 +115,13 @@ func StartS3Backend(t testing.TB, o S3BackendOptions) *S3Backend {
 		"VGW_HEALTH=/_health", "VGW_REGION=" + b.Region, "PATH=/usr/bin:/bin"}
 	if o.Domain != "" {
 		cmd.Env = append(cmd.Env, "VGW_VIRTUAL_DOMAIN="+o.Domain)
+	}
+	if o.Versioning {
+		versions := filepath.Join(base, "versions")
+		if err := os.MkdirAll(versions, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, "VGW_VERSIONING_DIR="+versions)
 	}
 	b.proc = StartProcess(t, "versitygw", cmd)
 	b.proc.WaitHTTP(t, b.URL+"/_health", 60*time.Second)

@@ -85,7 +85,8 @@ type req struct {
 func newConfTarget(name, base string) *confTarget {
 	return &confTarget{name: name, base: base, ids: map[string]string{},
 		hc: &http.Client{Timeout: 30 * time.Second,
-			Transport:     &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 4},
+			Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 4,
+				ExpectContinueTimeout: 5 * time.Second},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
@@ -329,6 +330,17 @@ func (c *cc) normalise(label string, resp *http.Response, body []byte) exchange 
 		p := confIDTags.FindStringSubmatch(m)
 		return "<" + p[1] + ">" + c.tg.id(p[2]) + "</"
 	})
+	if s != string(body) {
+		// ids and times of other lengths: the length is checked against the body, which is
+		// compared normalised
+		if cl, ok := e.header["content-length"]; ok {
+			if cl == strconv.Itoa(len(body)) {
+				e.header["content-length"] = "(the body's length)"
+			} else {
+				e.header["content-length"] = cl + " (the body has " + strconv.Itoa(len(body)) + " bytes)"
+			}
+		}
+	}
 	e.body = s
 	return e
 }
@@ -366,6 +378,12 @@ func confCases() []confCase {
 			c.do(req{label: "invalid bucket name", method: "PUT", path: "/Bad_Bucket"})
 			c.do(req{label: "delete non-empty prep", method: "PUT", path: b + "/k", body: obj})
 			c.do(req{label: "delete non-empty bucket", method: "DELETE", path: b})
+			c.do(req{label: "ListBuckets", method: "GET", path: "/"})
+			c.do(req{label: "create with us-east-1 named", method: "PUT", path: b + "-fresh",
+				body: []byte(`<CreateBucketConfiguration><LocationConstraint>us-east-1</LocationConstraint></CreateBucketConfiguration>`)})
+			c.do(req{label: "create a fresh bucket", method: "PUT", path: b + "-fresh"})
+			c.do(req{label: "delete the fresh bucket", method: "DELETE", path: b + "-fresh"})
+			c.do(req{label: "delete it again", method: "DELETE", path: b + "-fresh"})
 		}},
 		{"objects", func(c *cc) {
 			p := "/" + c.bucket + "/dir/obj.txt"
@@ -396,6 +414,11 @@ func confCases() []confCase {
 					query: "continuation-token=" + url.QueryEscape(tok) + "&list-type=2&max-keys=1"})
 			}
 			c.do(req{label: "list v2 start-after", method: "GET", path: "/" + c.bucket, query: "list-type=2&start-after=e"})
+			c.do(req{label: "put with Expect: 100-continue", method: "PUT", path: "/" + c.bucket + "/expect", body: obj,
+				header: map[string]string{"Expect": "100-continue"}})
+			c.do(req{label: "restore (not archived)", method: "POST", path: p, query: "restore",
+				body: []byte(`<RestoreRequest><Days>1</Days></RestoreRequest>`)})
+			c.do(req{label: "PATCH", method: "PATCH", path: p, body: obj})
 			c.do(req{label: "delete", method: "DELETE", path: p})
 			c.do(req{label: "delete missing", method: "DELETE", path: p})
 			c.do(req{label: "get deleted", method: "GET", path: p})
@@ -704,6 +727,19 @@ func confCases() []confCase {
 	}
 }
 
+// confKnownDifferences are the requests (case/label) whose answers the gateway still changes,
+// each with the gateway behaviour that changes it. The list is exact: a listed request that no
+// longer differs fails the suite too, so that the entry goes with the fix.
+var confKnownDifferences = map[string]string{
+	// nginx buffers request bodies (proxy_request_buffering on) and sends a chunked body to the
+	// backend with a Content-Length: the backend's 411 MissingContentLength becomes a 200
+	"streaming/plain chunked body, signed": "the gateway re-frames a chunked request body",
+	"streaming/get s4":                     "the object the re-framed PUT stored",
+	// a request without credentials, app header or bucket has no one to charge: the gateway's
+	// refusal is JSON 400 missing_app_id where S3 answers 403 AccessDenied in XML
+	"anonymous/anonymous ListBuckets": "the gateway refuses anonymous requests in JSON",
+}
+
 // confSide is a versitygw, the base URL the suite talks to, and how to make a bucket there.
 type confSide struct {
 	tg      *confTarget
@@ -725,6 +761,7 @@ func TestS3ConformanceThroughTheGatewayMatchesTheBackend(t *testing.T) {
 	cases := confCases()
 	// the cases' buckets: made on each backend directly (the gateway's bucket map charges their
 	// anonymous requests, CORS preflights among them, to the suite's app)
+	var version int64
 	for i, cs := range cases {
 		bucket := fmt.Sprintf("conf-%02d-%s", i, cs.name)
 		for _, s := range sides {
@@ -738,8 +775,9 @@ func TestS3ConformanceThroughTheGatewayMatchesTheBackend(t *testing.T) {
 		if code := st.api.do("PUT", "/api/v1/buckets/"+bucket, map[string]string{"app_id": confApp}, &out); code != 201 {
 			t.Fatalf("map bucket %s: %d", bucket, code)
 		}
-		st.waitVersion(t, out.Data.Version)
+		version = max(version, out.Data.Version)
 	}
+	st.waitVersion(t, version)
 	// a source object the multipart case copies a part from
 	for _, s := range sides {
 		if _, err := s.backend.Client(t, confKey).PutObject(context.Background(), &s3.PutObjectInput{
@@ -765,14 +803,34 @@ func TestS3ConformanceThroughTheGatewayMatchesTheBackend(t *testing.T) {
 					t.Logf("%-50s %d %s", e.label, e.status, clip(strings.ReplaceAll(e.body, "\n", " ")))
 				}
 			}
-			if d := diffTranscripts(logs[0], logs[1]); len(d) > 0 {
+			var unexpected []string
+			seen := map[string]bool{}
+			for _, d := range diffTranscripts(logs[0], logs[1]) {
+				key := cs.name + "/" + d.label
+				if why, ok := confKnownDifferences[key]; ok {
+					seen[key] = true
+					t.Logf("known difference (%s): %s", why, d.text)
+					continue
+				}
+				unexpected = append(unexpected, d.text)
+			}
+			if len(seen) > 0 {
 				differing++
-				t.Errorf("%d of %d requests differ through the gateway:\n%s", len(d), len(logs[0]),
-					strings.Join(d, "\n"))
+			}
+			if len(unexpected) > 0 {
+				differing++
+				t.Errorf("%d of %d requests differ through the gateway:\n%s", len(unexpected), len(logs[0]),
+					strings.Join(unexpected, "\n"))
+			}
+			for key := range confKnownDifferences {
+				if strings.HasPrefix(key, cs.name+"/") && !seen[key] {
+					t.Errorf("%s no longer differs through the gateway: remove it from confKnownDifferences", key)
+				}
 			}
 		})
 	}
-	t.Logf("%d cases, %d requests, %d cases differ, %.1f s (shared machine)", len(cases), requests, differing,
+	t.Logf("%d cases, %d requests, %d cases differ (known differences included), %.1f s (shared machine)",
+		len(cases), requests, differing,
 		time.Since(start).Seconds())
 }
 
@@ -785,11 +843,13 @@ func caseIndex(cases []confCase, name string) int {
 	return -1
 }
 
+type confDiff struct{ label, text string }
+
 // diffTranscripts lists the requests whose answers differ (direct first, gateway second).
-func diffTranscripts(a, b []exchange) []string {
-	var out []string
+func diffTranscripts(a, b []exchange) []confDiff {
+	var out []confDiff
 	if len(a) != len(b) {
-		out = append(out, fmt.Sprintf("  %d requests directly, %d through the gateway", len(a), len(b)))
+		out = append(out, confDiff{"", fmt.Sprintf("  %d requests directly, %d through the gateway", len(a), len(b))})
 	}
 	for i := 0; i < len(a) && i < len(b); i++ {
 		x, y := a[i], b[i]
@@ -803,7 +863,7 @@ func diffTranscripts(a, b []exchange) []string {
 				d = append(d, fmt.Sprintf("code %q (%s) ≠ %q (%s)", xc, x.header["content-type"], yc, y.header["content-type"]))
 			}
 			if len(d) > 0 {
-				out = append(out, fmt.Sprintf("  #%d %s: %s", i+1, x.label, strings.Join(d, "; ")))
+				out = append(out, confDiff{x.label, fmt.Sprintf("  #%d %s: %s", i+1, x.label, strings.Join(d, "; "))})
 			}
 			continue
 		}
@@ -835,7 +895,7 @@ func diffTranscripts(a, b []exchange) []string {
 			d = append(d, fmt.Sprintf("body %q ≠ %q", clip(x.body), clip(y.body)))
 		}
 		if len(d) > 0 {
-			out = append(out, fmt.Sprintf("  #%d %s: %s", i+1, x.label, strings.Join(d, "; ")))
+			out = append(out, confDiff{x.label, fmt.Sprintf("  #%d %s: %s", i+1, x.label, strings.Join(d, "; "))})
 		}
 	}
 	return out

@@ -21,7 +21,7 @@ fi
 mkdir -p "$BIN_DIR"
 echo "build-backend: building versitygw $version (tools/versitygw; about 3 minutes the first time)"
 start=$(date +%s)
-(cd "$tools" && GOFLAGS=-mod=readonly "$GO" build -trimpath -ldflags "-s -w -X main.Version=$version" \
+(cd "$tools" && GOFLAGS="-mod=readonly -buildvcs=false" "$GO" build -trimpath -ldflags "-s -w -X main.Version=$version" \
     -o "$BIN_DIR/versitygw.tmp" github.com/versity/versitygw/cmd/versitygw)
 mv -f "$BIN_DIR/versitygw.tmp" "$BIN_DIR/versitygw"
 printf '%s\n' "$want" > "$stamp"

@@ -2,9 +2,10 @@
 // python3-boto3, and the Go SDKs aws-sdk-go-v2 and minio-go, each identified only by its access
 // key (mapped to an app over the admin API), against a real S3 server (versitygw with its posix
 // backend, t/harness/backend.go); s3cmd's SigV2, which versitygw (like S3's newer regions) does
-// not accept, against the demo backend (gofakes3 with signature checks). Each makes a bucket, lists, uploads 20 MiB in parts, downloads it whole and ranged
-// (byte-exact), copies it, batch-deletes and fetches a presigned URL with curl; the gateway's
-// per-operation counters must show the operation table's cost for every operation it saw.
+// not accept, against the demo backend (gofakes3 with signature checks). Each makes a bucket,
+// lists, uploads 20 MiB in parts, downloads it whole and ranged (byte-exact), copies it,
+// batch-deletes and fetches a presigned URL with curl; the gateway's per-operation counters must
+// show the operation table's cost for every operation it saw.
 package t
 
 import (

@@ -694,6 +694,47 @@ func confCases() []confCase {
 			del("without Content-MD5", `<Delete><Object><Key>d1</Key></Object></Delete>`, false)
 			c.do(req{label: "list after", method: "GET", path: b, query: "list-type=2"})
 		}},
+		{"post-object", func(c *cc) {
+			// browser form uploads (PostObject), signed with a SigV4 POST policy
+			form := func(label, key string, tamper bool, extra map[string]string) {
+				at := time.Now().UTC()
+				date := at.Format("20060102")
+				cred := confKey + "/" + date + "/" + region + "/s3/aws4_request"
+				policy := base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf(`{"expiration":%q,"conditions":[`+
+					`{"bucket":%q},["starts-with","$key","up/"],{"x-amz-algorithm":"AWS4-HMAC-SHA256"},`+
+					`{"x-amz-credential":%q},{"x-amz-date":%q},["content-length-range",0,1024]]}`,
+					at.Add(time.Hour).Format("2006-01-02T15:04:05.000Z"), c.bucket, cred, at.Format("20060102T150405Z"))))
+				mac := func(k []byte, s string) []byte {
+					h := hmac.New(sha256.New, k)
+					h.Write([]byte(s))
+					return h.Sum(nil)
+				}
+				sk := mac(mac(mac(mac([]byte("AWS4"+confSecret), date), region), "s3"), "aws4_request")
+				sig := hex.EncodeToString(mac(sk, policy))
+				if tamper {
+					sig = strings.Repeat("0", 64)
+				}
+				fields := [][2]string{{"key", key}, {"X-Amz-Algorithm", "AWS4-HMAC-SHA256"}, {"X-Amz-Credential", cred},
+					{"X-Amz-Date", at.Format("20060102T150405Z")}, {"Policy", policy}, {"X-Amz-Signature", sig}}
+				for k, v := range extra {
+					fields = append(fields, [2]string{k, v})
+				}
+				const boundary = "tollgateconformanceboundary"
+				var body bytes.Buffer
+				for _, f := range fields {
+					fmt.Fprintf(&body, "--%s\r\nContent-Disposition: form-data; name=%q\r\n\r\n%s\r\n", boundary, f[0], f[1])
+				}
+				fmt.Fprintf(&body, "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f.txt\"\r\n"+
+					"Content-Type: text/plain\r\n\r\n%s\r\n--%s--\r\n", boundary, obj, boundary)
+				c.do(req{label: label, method: "POST", path: "/" + c.bucket, body: body.Bytes(), anonymous: true,
+					header: map[string]string{"Content-Type": "multipart/form-data; boundary=" + boundary}})
+			}
+			form("form upload", "up/one", false, nil)
+			c.do(req{label: "get the form upload", method: "GET", path: "/" + c.bucket + "/up/one"})
+			form("form upload with a field the policy lacks", "up/two", false, map[string]string{"success_action_status": "201"})
+			form("form upload outside the policy", "elsewhere", false, nil)
+			form("form upload with a wrong signature", "up/three", true, nil)
+		}},
 		{"virtual-hosted", func(c *cc) {
 			vh := map[string]string{"Host": c.bucket + ".s3.localhost:{port}"}
 			c.do(req{label: "PUT virtual-hosted", method: "PUT", path: "/vk", body: obj, header: vh})

@@ -21,8 +21,11 @@ fi
 mkdir -p "$BIN_DIR"
 echo "build-backend: building versitygw $version (tools/versitygw; about 3 minutes the first time)"
 start=$(date +%s)
+tmp=$(mktemp "$BIN_DIR/.versitygw.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
 (cd "$tools" && GOFLAGS="-mod=readonly -buildvcs=false" "$GO" build -trimpath -ldflags "-s -w -X main.Version=$version" \
-    -o "$BIN_DIR/versitygw.tmp" github.com/versity/versitygw/cmd/versitygw)
-mv -f "$BIN_DIR/versitygw.tmp" "$BIN_DIR/versitygw"
+    -o "$tmp" github.com/versity/versitygw/cmd/versitygw)
+chmod 755 "$tmp"
+mv -f "$tmp" "$BIN_DIR/versitygw"
 printf '%s\n' "$want" > "$stamp"
 echo "build-backend: bin/versitygw $version built in $(( $(date +%s) - start )) s"

@@ -4,7 +4,7 @@
 # version pinned in tools/versitygw/go.mod, every dependency checked against the committed
 # tools/versitygw/go.sum. Output: $BIN_DIR/versitygw (default bin/). Does nothing when the
 # binary was built from the same go.mod, go.sum and Go toolchain (a stamp beside it says which);
-# the first build takes about 3 minutes of one core (docs/operations.md, "The storage backend").
+# the first build takes about 2.5 minutes of CPU (docs/operations.md, "The storage backend").
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 BIN_DIR=${BIN_DIR:-$repo/bin}
@@ -19,7 +19,7 @@ if [ -x "$BIN_DIR/versitygw" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wan
     exit 0
 fi
 mkdir -p "$BIN_DIR"
-echo "build-backend: building versitygw $version (tools/versitygw; about 3 minutes the first time)"
+echo "build-backend: building versitygw $version (tools/versitygw; a few minutes the first time)"
 start=$(date +%s)
 tmp=$(mktemp "$BIN_DIR/.versitygw.XXXXXX")
 trap 'rm -f "$tmp"' EXIT

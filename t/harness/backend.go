@@ -34,7 +34,7 @@ var (
 )
 
 // VersityGW returns the path of bin/versitygw, building it first when it is missing or stale
-// (scripts/build-backend.sh; about 3 minutes the first time, nothing afterwards).
+// (scripts/build-backend.sh; a few minutes the first time, nothing afterwards).
 func VersityGW(t testing.TB) string {
 	t.Helper()
 	vgwBuild.Do(func() {

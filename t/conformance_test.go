@@ -18,6 +18,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/url"
@@ -274,6 +275,31 @@ func (c *cc) streaming(label, path string, data []byte, chunkSize int, chunked b
 		c.t.Fatalf("aws-chunked body of %d bytes, announced %d", enc.Len(), encLen)
 	}
 	hr.Body = io.NopCloser(bytes.NewReader(enc.Bytes()))
+	return c.send(label, hr)
+}
+
+// trailing sends a PUT with an unsigned aws-chunked body and a CRC32 checksum trailer
+// (STREAMING-UNSIGNED-PAYLOAD-TRAILER, what current AWS SDKs send by default), the header signed.
+func (c *cc) trailing(label, path string, data []byte, chunked bool, badChecksum bool) int {
+	c.t.Helper()
+	sum := crc32.ChecksumIEEE(data)
+	if badChecksum {
+		sum++
+	}
+	crc := base64.StdEncoding.EncodeToString([]byte{byte(sum >> 24), byte(sum >> 16), byte(sum >> 8), byte(sum)})
+	var enc bytes.Buffer
+	fmt.Fprintf(&enc, "%x\r\n", len(data))
+	enc.Write(data)
+	fmt.Fprintf(&enc, "\r\n0\r\nx-amz-checksum-crc32:%s\r\n\r\n", crc)
+	hr := c.build(req{method: "PUT", path: path, body: enc.Bytes()})
+	hr.Header.Set("Content-Encoding", "aws-chunked")
+	hr.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(len(data)))
+	hr.Header.Set("X-Amz-Trailer", "x-amz-checksum-crc32")
+	if chunked {
+		hr.ContentLength = -1
+		hr.TransferEncoding = []string{"chunked"}
+	}
+	c.sign(hr, "STREAMING-UNSIGNED-PAYLOAD-TRAILER", time.Now().UTC())
 	return c.send(label, hr)
 }
 
@@ -671,6 +697,11 @@ func confCases() []confCase {
 			c.streaming("aws-chunked as Transfer-Encoding: chunked", b+"/s2", data, 65536, true)
 			c.do(req{label: "get s2", method: "GET", path: b + "/s2"})
 			c.streaming("aws-chunked small chunks", b+"/s3", data[:100], 8192, true)
+			c.trailing("unsigned aws-chunked with a checksum trailer", b+"/t1", data, false, false)
+			c.do(req{label: "get t1", method: "GET", path: b + "/t1", header: map[string]string{"X-Amz-Checksum-Mode": "ENABLED"}})
+			c.trailing("checksum trailer as Transfer-Encoding: chunked", b+"/t2", data, true, false)
+			c.do(req{label: "get t2", method: "GET", path: b + "/t2"})
+			c.trailing("a wrong checksum in the trailer", b+"/t3", data, false, true)
 			c.do(req{label: "plain chunked body, signed", method: "PUT", path: b + "/s4", body: data, chunked: true})
 			c.do(req{label: "get s4", method: "GET", path: b + "/s4"})
 		}},

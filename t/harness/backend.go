@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,26 +107,52 @@ func StartS3Backend(t testing.TB, o S3BackendOptions) *S3Backend {
 		b.creds[k] = v
 	}
 	b.creds[b.RootKey] = b.RootSecret
-	b.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	b.URL = "http://" + b.Addr
-	cmd := exec.Command(bin, "--quiet", "posix", data)
-	// the keys travel in the environment, never on the command line
-	cmd.Env = []string{"ROOT_ACCESS_KEY_ID=" + b.RootKey, "ROOT_SECRET_ACCESS_KEY=" + b.RootSecret,
-		"VGW_PORT=" + b.Addr, "VGW_IAM_DIR=" + iam, "VGW_ACCESS_LOG=" + b.accessLog,
-		"VGW_HEALTH=/_health", "VGW_REGION=" + b.Region, "PATH=/usr/bin:/bin"}
-	if o.Domain != "" {
-		cmd.Env = append(cmd.Env, "VGW_VIRTUAL_DOMAIN="+o.Domain)
-	}
+	versions := filepath.Join(base, "versions")
 	if o.Versioning {
-		versions := filepath.Join(base, "versions")
 		if err := os.MkdirAll(versions, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		cmd.Env = append(cmd.Env, "VGW_VERSIONING_DIR="+versions)
 	}
-	b.proc = StartProcess(t, "versitygw", cmd)
-	b.proc.WaitHTTP(t, b.URL+"/_health", 60*time.Second)
-	return b
+	// a free port can be taken by someone else before versitygw binds it: then a new one
+	for attempt := 1; ; attempt++ {
+		b.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+		b.URL = "http://" + b.Addr
+		cmd := exec.Command(bin, "--quiet", "posix", data)
+		// the keys travel in the environment, never on the command line
+		cmd.Env = []string{"ROOT_ACCESS_KEY_ID=" + b.RootKey, "ROOT_SECRET_ACCESS_KEY=" + b.RootSecret,
+			"VGW_PORT=" + b.Addr, "VGW_IAM_DIR=" + iam, "VGW_ACCESS_LOG=" + b.accessLog,
+			"VGW_HEALTH=/_health", "VGW_REGION=" + b.Region, "PATH=/usr/bin:/bin"}
+		if o.Domain != "" {
+			cmd.Env = append(cmd.Env, "VGW_VIRTUAL_DOMAIN="+o.Domain)
+		}
+		if o.Versioning {
+			cmd.Env = append(cmd.Env, "VGW_VERSIONING_DIR="+versions)
+		}
+		b.proc = StartProcess(t, "versitygw", cmd)
+		if b.proc.waitHealthy(b.URL+"/_health", 60*time.Second) {
+			return b
+		}
+		if attempt < 3 && b.proc.Exited() && strings.Contains(b.proc.Output(), "address already in use") {
+			continue
+		}
+		t.Fatalf("harness: versitygw on %s not healthy:\n%s", b.Addr, tail(b.proc.Output(), 40))
+	}
+}
+
+// waitHealthy polls url until it answers 200 (true), or the process exits or timeout passes.
+func (p *Process) waitHealthy(url string, timeout time.Duration) bool {
+	c := http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for !p.Exited() && time.Now().Before(deadline) {
+		if res, err := c.Get(url); err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return true
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }
 
 // WriteVersityGWAccounts writes versitygw's internal IAM file (users.json of its --iam-dir)

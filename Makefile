@@ -29,6 +29,7 @@ web/dist/index.html: $(WEB_SRC) | deps
 build: deps web
 	@mkdir -p bin
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./controlplane/cmd/tollgate-controlplane ./demo/cmd/tollgate-demo-s3
+	@scripts/build-backend.sh
 
 run: build
 	@scripts/stack.sh run

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The tollgate stack on loopback: a private redis-server, the demo S3-like storage backend, the
-# control plane, the nginx gateway with tollgate's Lua, and (when installed) a private Prometheus
+# The tollgate stack on loopback: a private redis-server, the S3 storage backend (versitygw,
+# or the in-memory demo backend with its failure switch), the control plane, the nginx gateway with tollgate's Lua, and (when installed) a private Prometheus
 # scraping the gateway and the control plane, which answers the console's history ranges.
 #   stack.sh run    start everything, print the URLs, stop everything on Ctrl-C
 #   stack.sh up     start everything in the background; returns once all parts are healthy
@@ -8,14 +8,17 @@
 #   stack.sh prometheus-config   only write $RUN_DIR/prometheus/prometheus.yml (what run/up use)
 # Environment (defaults): TOLLGATE_GATEWAY_ADDR (127.0.0.1:8080), TOLLGATE_CP_ADDR
 # (127.0.0.1:9090), TOLLGATE_REDIS_ADDR (127.0.0.1:6390), TOLLGATE_BACKEND_ADDR (127.0.0.1:9000),
+# TOLLGATE_BACKEND (versitygw: the S3 server of bin/versitygw, objects under $RUN_DIR/backend;
+# demo: the in-memory demo backend, whose failure switch the breaker demos use),
 # TOLLGATE_BACKEND_ADMIN_ADDR (127.0.0.1:9001: the demo backend's failure switch, loopback only),
-# TOLLGATE_DEMO_CREDENTIALS (AKID:SECRET,… the demo backend accepts; unset: anonymous only),
+# TOLLGATE_DEMO_CREDENTIALS (AKID:SECRET,… the backend accepts besides versitygw's generated
+# root key; unset: none),
 # TOLLGATE_REDIS_URL (use this existing Redis instead of starting one), TOLLGATE_RUN_DIR (.run),
 # TOLLGATE_NODE_ID (gw-local), TOLLGATE_WORKERS (2), TOLLGATE_PROMETHEUS_ADDR (127.0.0.1:9091),
 # TOLLGATE_METRICS_TOKEN (generated: the bearer token Prometheus scrapes the control plane with),
 # TOLLGATE_METRICS_ADDR (127.0.0.1:9145: the gateway's /health and /metrics, apart from the
 # tenants' listener), TOLLGATE_METRICS_ALLOW (who may read them; render-gateway.sh),
-# TOLLGATE_BIN_DIR (bin: where the control plane and demo backend binaries are).
+# TOLLGATE_BIN_DIR (bin: where the control plane, demo backend and versitygw binaries are).
 # Secrets (docs/security.md): the run directory is 0700 and what the stack writes there 0600
 # (umask 077); the private Redis wants a generated password and has a gateway user limited to
 # the gateway's keys and commands (deploy/redis/gateway.acl), both kept in 0600 files under
@@ -31,6 +34,7 @@ CP_ADDR=${TOLLGATE_CP_ADDR:-127.0.0.1:9090}
 REDIS_ADDR=${TOLLGATE_REDIS_ADDR:-127.0.0.1:6390}
 BACKEND_ADDR=${TOLLGATE_BACKEND_ADDR:-127.0.0.1:9000}
 BACKEND_ADMIN_ADDR=${TOLLGATE_BACKEND_ADMIN_ADDR:-127.0.0.1:9001}
+BACKEND=${TOLLGATE_BACKEND:-versitygw}
 RUN_DIR=${TOLLGATE_RUN_DIR:-$repo/.run}
 NODE_ID=${TOLLGATE_NODE_ID:-gw-local}
 WORKERS=${TOLLGATE_WORKERS:-2}
@@ -140,7 +144,9 @@ start_all() {
     # a run directory of an older stack.sh may hold world-readable secrets (logs, dump.rdb)
     chmod -R go-rwx "$RUN_DIR"
     STARTING=1
-    for a in "$GATEWAY_ADDR" "$METRICS_ADDR" "$CP_ADDR" "$BACKEND_ADDR" "$BACKEND_ADMIN_ADDR"; do
+    local backend_addrs=("$BACKEND_ADDR")
+    [ "$BACKEND" = demo ] && backend_addrs+=("$BACKEND_ADMIN_ADDR")
+    for a in "$GATEWAY_ADDR" "$METRICS_ADDR" "$CP_ADDR" "${backend_addrs[@]}"; do
         port_free "$a" || die "$a is already in use (set TOLLGATE_*_ADDR to move it)"
     done
     [ -x "$BIN_DIR/tollgate-controlplane" ] || die "binaries missing: run 'make build'"
@@ -164,9 +170,7 @@ start_all() {
         wait_for "redis ($REDIS_ADDR)" redis_ping
     fi
 
-    TOLLGATE_BACKEND_ADDR=$BACKEND_ADDR TOLLGATE_BACKEND_ADMIN_ADDR=$BACKEND_ADMIN_ADDR \
-        start_bg backend "$BIN_DIR/tollgate-demo-s3"
-    wait_for "demo storage backend (http://$BACKEND_ADDR)" curl -sf "http://$BACKEND_ADDR/health"
+    start_backend
 
     # a first run's generated admin password: to this 0600 file, shown below, then deleted
     local admin_pw_file="$RUN_DIR/admin-password"
@@ -204,7 +208,7 @@ start_all() {
     gateway         http://$GATEWAY_ADDR        (send X-App-Id: demo-p0 … demo-p3)
     gateway metrics http://$METRICS_ADDR/metrics   (and /health)
     console + API   http://$CP_ADDR/        (user admin; health: /health)
-    storage backend http://$BACKEND_ADDR   (failure switch: http://$BACKEND_ADMIN_ADDR/_demo/fail)
+    storage backend http://$BACKEND_ADDR   ($BACKEND_NOTE)
     redis           $REDIS_SHOWN
     prometheus      $prom_note
     logs            $RUN_DIR/logs
@@ -217,6 +221,65 @@ TXT
         cat "$admin_pw_file"
         rm -f "$admin_pw_file"
     fi
+}
+
+# The storage backend (docs/operations.md, "The storage backend").
+# versitygw: a production S3 server (SigV4 signatures, ACLs, versioning) with its posix backend:
+# objects are files under $RUN_DIR/backend/data. Its root key pair is generated once into 0600
+# files and handed over in the environment; TOLLGATE_DEMO_CREDENTIALS become accounts that may
+# create buckets (users.json, 0600, rewritten at every start). The bucket "bucket" is created
+# public-read-write, so that the README's unsigned requests with an X-App-Id header work.
+# demo: the in-memory demo backend with the failure switch on $BACKEND_ADMIN_ADDR.
+BACKEND_NOTE=""
+start_backend() {
+    case $BACKEND in
+        demo)
+            TOLLGATE_BACKEND_ADDR=$BACKEND_ADDR TOLLGATE_BACKEND_ADMIN_ADDR=$BACKEND_ADMIN_ADDR \
+                start_bg backend "$BIN_DIR/tollgate-demo-s3"
+            wait_for "demo storage backend (http://$BACKEND_ADDR)" curl -sf "http://$BACKEND_ADDR/health"
+            BACKEND_NOTE="demo backend; failure switch: http://$BACKEND_ADMIN_ADDR/_demo/fail"
+            ;;
+        versitygw) start_versitygw ;;
+        *) die "TOLLGATE_BACKEND must be versitygw or demo, not '$BACKEND'" ;;
+    esac
+}
+
+start_versitygw() {
+    local d="$RUN_DIR/backend" vgw="$BIN_DIR/versitygw"
+    [ -x "$vgw" ] || die "$vgw missing: run 'make build' (scripts/build-backend.sh builds it)"
+    mkdir -p "$d/data" "$d/iam" "$d/versions"
+    [ -s "$d/root.access-key" ] || printf 'ROOT%s' "$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n' | tr a-f A-F)" > "$d/root.access-key"
+    [ -s "$d/root.secret-key" ] || gen_secret > "$d/root.secret-key"
+    local root_key root_secret accounts="" entry k v
+    root_key=$(cat "$d/root.access-key") root_secret=$(cat "$d/root.secret-key")
+    if [ -n "${TOLLGATE_DEMO_CREDENTIALS:-}" ]; then
+        IFS=',' read -ra entries <<< "$TOLLGATE_DEMO_CREDENTIALS"
+        for entry in "${entries[@]}"; do
+            k=${entry%%:*} v=${entry#*:}
+            # printable ASCII without space, quote or backslash (users.json is written as is)
+            case $entry in *:*) ;; *) k="" ;; esac
+            case "$k$v" in *[!\!-~]*|*\"*|*\\*) k="" ;; esac
+            [ -n "$k" ] && [ -n "$v" ] && [ "${k#*/}" = "$k" ] ||
+                die "TOLLGATE_DEMO_CREDENTIALS: an entry is not AKID:SECRET (printable ASCII, no space, quote, backslash; no / in the key)"
+            accounts+="${accounts:+,}\"$k\":{\"access\":\"$k\",\"secret\":\"$v\",\"role\":\"userplus\"}"
+        done
+    fi
+    printf '{"accessAccounts":{%s}}\n' "$accounts" > "$d/iam/users.json"
+    local domain=${TOLLGATE_S3_DOMAINS:-s3.localhost}
+    ROOT_ACCESS_KEY_ID=$root_key ROOT_SECRET_ACCESS_KEY=$root_secret VGW_PORT=$BACKEND_ADDR \
+        VGW_IAM_DIR="$d/iam" VGW_VERSIONING_DIR="$d/versions" VGW_HEALTH=/_health \
+        VGW_VIRTUAL_DOMAIN=${domain%%,*} VGW_DIR_PERMS=0700 VGW_FILE_PERMS=0600 \
+        start_bg backend "$vgw" --quiet posix "$d/data"
+    wait_for "storage backend versitygw (http://$BACKEND_ADDR)" curl -sf "http://$BACKEND_ADDR/_health"
+    # the demo bucket, public-read-write (created once; 409 BucketAlreadyOwnedByYou afterwards)
+    local code
+    # (the key pair reaches curl on its standard input, never on its command line)
+    code=$(printf 'user = "%s:%s"\n' "$root_key" "$root_secret" | curl -s -K - -o /dev/null -w '%{http_code}' \
+        --aws-sigv4 "aws:amz:us-east-1:s3" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+        -H 'x-amz-acl: public-read-write' -H 'x-amz-object-ownership: BucketOwnerPreferred' \
+        -X PUT "http://$BACKEND_ADDR/bucket") || true
+    case $code in 200|409) ;; *) die "versitygw refused to create the demo bucket (HTTP $code; logs in $RUN_DIR/logs)" ;; esac
+    BACKEND_NOTE="versitygw; root key in $d/root.*-key"
 }
 
 # PING the private Redis with the default user's password (from the environment, not argv)

@@ -28,7 +28,7 @@ func TestDemoFailureSwitchIsUnreachableThroughTheGateway(t *testing.T) {
 	if _, err := seed.Demo(context.Background(), store.New(r.Client(), set)); err != nil {
 		t.Fatal(err)
 	}
-	_, addr, admin := s3backend(t, nil)
+	_, addr, admin := demoBackend(t, nil)
 	g := harness.StartGateway(t, harness.GatewayOptions{RedisURL: r.URL(), Backend: addr, Workers: 1,
 		Env: map[string]string{"TOLLGATE_APP_HEADER": "X-Tenant"}})
 	mode := func() int {

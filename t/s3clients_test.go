@@ -1,9 +1,11 @@
 // Real S3 clients through the real gateway: Debian's awscli, s3cmd (SigV2 and SigV4), rclone and
 // python3-boto3, and the Go SDKs aws-sdk-go-v2 and minio-go, each identified only by its access
-// key (mapped to an app over the admin API), against the demo backend (gofakes3 with signature
-// checks). Each makes a bucket, lists, uploads 20 MiB in parts, downloads it whole and ranged
-// (byte-exact), copies it, batch-deletes and fetches a presigned URL with curl; the gateway's
-// per-operation counters must show the operation table's cost for every operation it saw.
+// key (mapped to an app over the admin API), against a real S3 server (versitygw with its posix
+// backend, t/harness/backend.go); s3cmd's SigV2, which versitygw (like S3's newer regions) does
+// not accept, against the demo backend (gofakes3 with signature checks). Each makes a bucket,
+// lists, uploads 20 MiB in parts, downloads it whole and ranged (byte-exact), copies it,
+// batch-deletes and fetches a presigned URL with curl; the gateway's per-operation counters must
+// show the operation table's cost for every operation it saw.
 package t
 
 import (
@@ -50,6 +52,7 @@ const (
 type s3client struct {
 	name, key, secret string
 	run               func(t *testing.T, e s3env)
+	sigv2             bool // signs with SigV2: only the demo backend accepts it
 }
 
 // s3env is what a scenario works with.
@@ -61,6 +64,7 @@ type s3env struct {
 	big      string // path of the 20 MiB file
 	dir      string // scratch directory
 	data     []byte // the file's bytes
+	sigv2    bool   // the backend accepts SigV2 (presigned URLs of s3cmd signurl)
 }
 
 // bandwidth units (64 KiB) every scenario moves: the upload in parts, the whole download, the
@@ -183,12 +187,31 @@ func s3cmdClient(v2 bool) func(t *testing.T, e s3env) {
 		s("get", "--force", b+"/big", filepath.Join(e.dir, "whole"))
 		sameFile(t, filepath.Join(e.dir, "whole"), e.data)
 		s("cp", b+"/big", b+"/copy")
-		url := strings.TrimSpace(s("signurl", b+"/copy", "+600"))
+		var url string
+		if e.sigv2 {
+			url = strings.TrimSpace(s("signurl", b+"/copy", "+600"))
+		} else {
+			// s3cmd signurl signs with SigV2 only, which versitygw refuses: a SigV4 URL instead
+			url = presignGet(t, e, "copy")
+		}
 		// s3cmd has no ranged get: the ranged download goes through its presigned URL
 		curlGet(t, e, url, filepath.Join(e.dir, "ranged"), e.data[rangeFrom:rangeTo+1], fmt.Sprintf("%d-%d", rangeFrom, rangeTo))
 		curlGet(t, e, url, filepath.Join(e.dir, "presigned"), e.data, "")
 		s("del", "--recursive", "--force", b) // one DeleteObjects batch
 	}
+}
+
+// presignGet is a SigV4 presigned GET URL of key (aws-sdk-go-v2's presigner) with e's key.
+func presignGet(t *testing.T, e s3env, key string) string {
+	t.Helper()
+	c := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(e.endpoint), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(e.key, e.secret, "")})
+	ps, err := s3.NewPresignClient(c).PresignGetObject(context.Background(), &s3.GetObjectInput{
+		Bucket: aws.String(e.bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps.URL
 }
 
 func rcloneClient(t *testing.T, e s3env) {
@@ -226,7 +249,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 mode, endpoint, key, secret, bucket, big, d, rfrom, rto = sys.argv[1:10]
 s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
-    region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 10}))
+    region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, signature_version="s3v4",
+    retries={"mode": "standard", "max_attempts": 10}))
 if mode == "delete":
     s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "big"}, {"Key": "copy"}]})
     sys.exit(0)
@@ -381,26 +405,40 @@ func minioClient(t *testing.T, e s3env) {
 
 func s3clients() []s3client {
 	return []s3client{
-		{"awscli", "AKIAAWSCLI0000000001", "awscli-secret-0000000000000000000000001", awsCLI},
-		{"s3cmd-v2", "s3cmd-v2-key", "s3cmd-v2-secret-000000000000000000000002", s3cmdClient(true)},
-		{"s3cmd-v4", "s3cmd-v4-key", "s3cmd-v4-secret-000000000000000000000003", s3cmdClient(false)},
-		{"rclone", "AKIARCLONE0000000004", "rclone-secret-0000000000000000000000004", rcloneClient},
-		{"boto3", "AKIABOTO300000000005", "boto3-secret-00000000000000000000000005", boto3Client},
-		{"aws-sdk-go-v2", "AKIAGOSDKV2000000006", "gosdk-secret-0000000000000000000000006", goSDKClient},
-		{"minio-go", "minio.go~user_7", "minio-secret-000000000000000000000000007", minioClient},
+		{"awscli", "AKIAAWSCLI0000000001", "awscli-secret-0000000000000000000000001", awsCLI, false},
+		{"s3cmd-v2", "s3cmd-v2-key", "s3cmd-v2-secret-000000000000000000000002", s3cmdClient(true), true},
+		{"s3cmd-v4", "s3cmd-v4-key", "s3cmd-v4-secret-000000000000000000000003", s3cmdClient(false), false},
+		{"rclone", "AKIARCLONE0000000004", "rclone-secret-0000000000000000000000004", rcloneClient, false},
+		{"boto3", "AKIABOTO300000000005", "boto3-secret-00000000000000000000000005", boto3Client, false},
+		{"aws-sdk-go-v2", "AKIAGOSDKV2000000006", "gosdk-secret-0000000000000000000000006", goSDKClient, false},
+		{"minio-go", "minio.go~user_7", "minio-secret-000000000000000000000000007", minioClient, false},
 	}
 }
 
-// s3backend starts the demo backend (storage and admin listeners) with the clients' keys.
-func s3backend(t *testing.T, extra map[string]string) (*demo.Server, string, string) {
-	t.Helper()
-	creds := map[string]string{}
+// the keys of the clients and of the identity tests
+func backendCredentials(extra map[string]string) map[string]string {
+	creds := map[string]string{"AKIASPOOF00000000001": "spoof-secret-1", "AKIASLOW000000000001": "slow-secret-1"}
 	for _, c := range s3clients() {
 		creds[c.key] = c.secret
 	}
 	for k, v := range extra {
 		creds[k] = v
 	}
+	return creds
+}
+
+// s3backend starts versitygw with the clients' keys (and extra ones).
+func s3backend(t *testing.T, extra map[string]string) *harness.S3Backend {
+	t.Helper()
+	return harness.StartS3Backend(t, harness.S3BackendOptions{Credentials: backendCredentials(extra),
+		Domain: "s3.localhost"})
+}
+
+// demoBackend starts the demo backend (storage and admin listeners) with the clients' keys: for
+// the clients that sign with SigV2 and for the failure switch.
+func demoBackend(t *testing.T, extra map[string]string) (*demo.Server, string, string) {
+	t.Helper()
+	creds := backendCredentials(extra)
 	srv := demo.New(demo.Options{Credentials: creds, Domains: []string{"s3.localhost"}})
 	serve := func(h http.Handler) string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -430,10 +468,12 @@ func bigFile(t *testing.T) (string, []byte) {
 
 var clientTools = []string{"/usr/bin/aws", "/usr/bin/s3cmd", "/usr/bin/rclone", "/usr/bin/python3", "/usr/bin/curl"}
 
-// The clients straight against the demo backend: the backend speaks what they send.
-func TestS3ClientsAgainstTheDemoBackend(t *testing.T) {
+// The clients straight against the backend (SigV2 against the demo backend): the backend speaks
+// what they send.
+func TestS3ClientsAgainstTheBackend(t *testing.T) {
 	requireTools(t, clientTools...)
-	_, addr, _ := s3backend(t, nil)
+	addr := s3backend(t, nil).Addr
+	_, demoAddr, _ := demoBackend(t, nil)
 	big, data := bigFile(t)
 	for i, c := range s3clients() {
 		if c.name == "awscli" {
@@ -441,7 +481,11 @@ func TestS3ClientsAgainstTheDemoBackend(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			c.run(t, s3env{endpoint: "http://" + addr, key: c.key, secret: c.secret,
+			endpoint := "http://" + addr
+			if c.sigv2 {
+				endpoint = "http://" + demoAddr
+			}
+			c.run(t, s3env{endpoint: endpoint, sigv2: c.sigv2, key: c.key, secret: c.secret,
 				bucket: fmt.Sprintf("direct-%d-%s", i, strings.ReplaceAll(c.name, ".", "-")), big: big, dir: t.TempDir(), data: data})
 			t.Logf("%s: %.1f s", c.name, time.Since(start).Seconds())
 		})
@@ -500,22 +544,35 @@ var s3BaseCost = map[string]float64{
 	"PutBucketMetadata": 2, "PutObjectMetadata": 2, "DeleteBucketMetadata": 2, "DeleteObjectMetadata": 2,
 }
 
-// The clients through the gateway, identified by their keys alone: every operation is counted
-// and charged as the table says.
+// The clients through the gateway to versitygw, identified by their keys alone: every operation
+// is counted and charged as the table says.
 func TestS3ClientsThroughTheGateway(t *testing.T) {
 	requireTools(t, clientTools...)
-	st := s3Stack(t, nil)
+	clientsThrough(t, s3Stack(t, nil), false)
+}
+
+// The SigV2 clients through the gateway to the demo backend (versitygw accepts SigV4 only): the
+// gateway reads SigV2 credentials as well.
+func TestS3SigV2ClientsThroughTheGateway(t *testing.T) {
+	requireTools(t, clientTools...)
+	clientsThrough(t, demoStack(t, nil), true)
+}
+
+func clientsThrough(t *testing.T, st s3stack, sigv2 bool) {
 	if _, err := st.g.Client.Get(st.g.MetricsURL + "/metrics"); err != nil {
 		t.Fatal(err)
 	}
 	big, data := bigFile(t)
 	for i, c := range s3clients() {
+		if c.sigv2 != sigv2 {
+			continue
+		}
 		st.addKey(t, "demo-p1", c.key)
 		t.Run(c.name, func(t *testing.T) {
 			ops0, cost0 := opCounters(t, st.g)
 			served0 := st.backend.Served()
 			start := time.Now()
-			c.run(t, s3env{endpoint: st.g.URL, key: c.key, secret: c.secret,
+			c.run(t, s3env{endpoint: st.g.URL, sigv2: sigv2, key: c.key, secret: c.secret,
 				bucket: fmt.Sprintf("gw-%d-%s", i, strings.ReplaceAll(c.name, ".", "-")), big: big, dir: t.TempDir(), data: data})
 			took := time.Since(start)
 			served := float64(st.backend.Served() - served0)
@@ -577,26 +634,48 @@ func checkCosts(t *testing.T, client string, ops, cost map[string]float64) {
 	}
 }
 
+// s3backendOf is what the suites read of a backend: the requests it served and its objects.
+type s3backendOf interface {
+	Served() int64
+	ObjectCount(bucket string) int
+}
+
 type s3stack struct {
 	g       *harness.Gateway
 	api     *adminAPI
-	backend *demo.Server
-	admin   string // the backend's failure switch
+	backend s3backendOf
+	vgw     *harness.S3Backend // the backend when it is versitygw (nil: the demo backend)
 }
 
+// s3Stack is a gateway (with the control plane) in front of versitygw.
 func s3Stack(t *testing.T, env map[string]string) s3stack {
+	t.Helper()
+	b := s3backend(t, nil)
+	st := s3StackOn(t, env, b.Addr)
+	st.backend, st.vgw = b, b
+	return st
+}
+
+// demoStack is a gateway in front of the demo backend.
+func demoStack(t *testing.T, env map[string]string) s3stack {
+	t.Helper()
+	b, addr, _ := demoBackend(t, nil)
+	st := s3StackOn(t, env, addr)
+	st.backend = b
+	return st
+}
+
+func s3StackOn(t *testing.T, env map[string]string, addr string) s3stack {
 	t.Helper()
 	r, gwURL := gatewayRedis(t) // the gateway as the gateways' ACL user: the S3 maps are readable
 	cp := harness.StartControlPlane(t, r.URL(), map[string]string{"TOLLGATE_ADMIN_PASSWORD": adminPassword,
 		"TOLLGATE_SEED_DEMO": "true"})
-	backend, addr, admin := s3backend(t, map[string]string{"AKIASPOOF00000000001": "spoof-secret-1",
-		"AKIASLOW000000000001": "slow-secret-1"})
 	genv := map[string]string{"TOLLGATE_S3_DOMAINS": "s3.localhost", "TOLLGATE_CONFIG_POLL": "0.2"}
 	for k, v := range env {
 		genv[k] = v
 	}
 	g := harness.StartGateway(t, harness.GatewayOptions{RedisURL: gwURL, Backend: addr, Workers: 1, Env: genv})
-	return s3stack{g: g, api: loginAdmin(t, cp), backend: backend, admin: "http://" + admin}
+	return s3stack{g: g, api: loginAdmin(t, cp)}
 }
 
 // addKey gives an app an access key over the admin API and waits until the gateway enforces

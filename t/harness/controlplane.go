@@ -87,9 +87,16 @@ func controlPlaneBinary(t testing.TB) string {
 }
 
 // BinDir is a directory with the binaries `make build` puts into bin/ (tollgate-controlplane,
-// tollgate-demo-s3), built once per test binary.
+// tollgate-demo-s3 built once per test binary; versitygw linked from bin/).
 func BinDir(t testing.TB) string {
-	return filepath.Dir(controlPlaneBinary(t))
+	dir := filepath.Dir(controlPlaneBinary(t))
+	link := filepath.Join(dir, "versitygw")
+	if _, err := os.Lstat(link); err != nil {
+		if err := os.Symlink(VersityGW(t), link); err != nil {
+			t.Fatalf("harness: link versitygw: %v", err)
+		}
+	}
+	return dir
 }
 
 // RemoveBuilds deletes what the harness built for this test binary (the control plane's

@@ -50,6 +50,9 @@ export async function startStack(): Promise<Stack> {
     TOLLGATE_CP_ADDR: `127.0.0.1:${cp}`,
     TOLLGATE_REDIS_ADDR: `127.0.0.1:${redis}`,
     TOLLGATE_BACKEND_ADDR: `127.0.0.1:${backend}`,
+    // the demo backend (scripts/stack.sh's default is versitygw): the rules spec makes it fail
+    // on command to open a breaker, and the traffic writes to a bucket it creates on first use
+    TOLLGATE_BACKEND: 'demo',
     TOLLGATE_BACKEND_ADMIN_ADDR: `127.0.0.1:${backendAdmin}`,
     TOLLGATE_PROMETHEUS_ADDR: `127.0.0.1:${prom}`,
     TOLLGATE_RUN_DIR: runDir,

@@ -68,7 +68,7 @@ end
 function _M.string_to_sign(method, headers, path, params, vbucket, date)
     local amz, n = {}, 0
     for name, v in pairs(headers) do
-        if sub(name, 1, 6) == "x-amz-" then
+        if type(name) == "string" and sub(name, 1, 6) == "x-amz-" then
             n = n + 1
             amz[n] = lower(name) .. ":" .. value(v)
         end

@@ -24,6 +24,7 @@ import (
 	"tollgate/controlplane/internal/users"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
+	"tollgate/internal/secrets"
 	"tollgate/internal/store"
 )
 
@@ -64,6 +65,9 @@ type App struct {
 	Connections *validate.ConnLimits `json:"connections,omitempty"`
 	AccessKeys  []string             `json:"access_keys,omitempty"`
 	Buckets     []string             `json:"buckets,omitempty"`
+	// AccessKeySecrets are the secrets of its access keys, sealed (internal/secrets: they open
+	// only with the secrets key file that sealed them); exported with secrets only.
+	AccessKeySecrets map[string]string `json:"access_key_secrets,omitempty"`
 }
 
 // Reader reads the config out of Redis.
@@ -169,6 +173,9 @@ func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) 
 	sort.Slice(d.Breakers, func(i, j int) bool { return d.Breakers[i].Name < d.Breakers[j].Name })
 	if !withSecrets {
 		return d, nil
+	}
+	if err := r.exportSecrets(ctx, d.Apps); err != nil {
+		return d, err
 	}
 	d.Users = []users.User{}
 	if err := readHash(ctx, r.Redis, keys.AdminUsers(), func(name, doc string) error {
@@ -367,6 +374,16 @@ func Check(d Document) []validate.Violation {
 			}
 			keyOwner[k] = a.AppID
 		}
+		listed := map[string]bool{}
+		for _, k := range a.AccessKeys {
+			listed[k] = true
+		}
+		for k, v := range a.AccessKeySecrets {
+			if _, err := secrets.KeyIDOf(v); err != nil || !listed[k] {
+				add(fmt.Sprintf("%s.access_key_secrets[%s]", f, k), "invalid_secret",
+					"a sealed secret (as exported with secrets) of one of the app's access_keys")
+			}
+		}
 		for j, b := range a.Buckets {
 			switch {
 			case !store.ValidBucket(b):
@@ -509,6 +526,13 @@ func flatten(d Document) map[string]any {
 		put("clusters["+c.ID+"]", c)
 	}
 	for _, a := range d.Apps {
+		if a.AccessKeySecrets != nil {
+			hidden := make(map[string]string, len(a.AccessKeySecrets))
+			for k, v := range a.AccessKeySecrets {
+				hidden[k] = "(secret " + shortHash(v) + ")"
+			}
+			a.AccessKeySecrets = hidden
+		}
 		put("apps["+a.AppID+"]", a)
 	}
 	for _, r := range d.Rules {
@@ -548,4 +572,27 @@ func walk(prefix string, v any, out map[string]any) {
 	default:
 		out[prefix] = x
 	}
+}
+
+// exportSecrets adds the sealed secrets of the apps' access keys (one HMGET per 1,000 keys).
+func (r Reader) exportSecrets(ctx context.Context, apps []App) error {
+	var all []string
+	for _, a := range apps {
+		all = append(all, a.AccessKeys...)
+	}
+	sealed, err := r.Store.SealedSecrets(ctx, all)
+	if err != nil {
+		return err
+	}
+	for i := range apps {
+		for _, k := range apps[i].AccessKeys {
+			if v, ok := sealed[k]; ok {
+				if apps[i].AccessKeySecrets == nil {
+					apps[i].AccessKeySecrets = map[string]string{}
+				}
+				apps[i].AccessKeySecrets[k] = v
+			}
+		}
+	}
+	return nil
 }

@@ -152,15 +152,34 @@ function _M.canonical_query(ps, skip)
     return concat(out, "&")
 end
 
--- a header value trimmed, runs of spaces and tabs as one space
+-- a header value trimmed, runs of spaces and tabs as one space (patterns only when needed: the
+-- common value has none, and a byte scan keeps the request path compiled)
 local function trimall(v)
+    local n = #v
+    if n == 0 then
+        return v
+    end
+    local b1, bn = byte(v, 1), byte(v, n)
+    local dirty = b1 == 32 or b1 == 9 or bn == 32 or bn == 9
+    if not dirty then
+        local prev = 0
+        for i = 2, n - 1 do
+            local b = byte(v, i)
+            if b == 9 or (b == 32 and prev == 32) then
+                dirty = true
+                break
+            end
+            prev = b
+        end
+    end
+    if not dirty then
+        return v
+    end
     v = gsub(v, "^[ \t]+", "")
     v = gsub(v, "[ \t]+$", "")
-    if find(v, "[ \t][ \t]") or find(v, "\t", 1, true) then
-        v = gsub(v, "[ \t]+", " ")
-    end
-    return v
+    return (gsub(v, "[ \t]+", " "))
 end
+_M.trimall = trimall
 
 --- The canonical headers of `signed` (the SignedHeaders value, names lower-case and sorted,
 --- ';'-separated) from headers (lower-case name -> value, or the list of a repeated
@@ -220,22 +239,53 @@ function _M.signature(skey, sts)
     return hex(hmac(skey, sts))
 end
 
--- The parts of a Credential value AKID/date/region/service/aws4_request, or nil.
+-- true when s[i..j] is 8 digits
+local function digits8(s, i)
+    for k = i, i + 7 do
+        local b = byte(s, k)
+        if not b or b < 48 or b > 57 then
+            return false
+        end
+    end
+    return true
+end
+
+-- The parts of a Credential value AKID/date/region/service/aws4_request, or nil (plain finds:
+-- see tollgate.s3.credentials.valid_key).
 local function credential(v)
     if type(v) ~= "string" then
         return nil
     end
-    local akid, date, region, service, term = v:match("^([^/]+)/(%d%d%d%d%d%d%d%d)/([^/]+)/([^/]+)/([^/]+)$")
-    if not akid or term ~= "aws4_request" then
+    local s1 = find(v, "/", 1, true)
+    local s2 = s1 and find(v, "/", s1 + 1, true)
+    local s3 = s2 and find(v, "/", s2 + 1, true)
+    local s4 = s3 and find(v, "/", s3 + 1, true)
+    if not s4 or s1 == 1 or s2 ~= s1 + 9 or not digits8(v, s1 + 1) or s3 == s2 + 1
+            or s4 == s3 + 1 or sub(v, s4 + 1) ~= "aws4_request" then
         return nil
     end
-    return { akid = akid, date = date, region = region, service = service,
-             scope = date .. "/" .. region .. "/" .. service .. "/aws4_request" }
+    return { akid = sub(v, 1, s1 - 1), date = sub(v, s1 + 1, s2 - 1),
+             region = sub(v, s2 + 1, s3 - 1), service = sub(v, s3 + 1, s4 - 1),
+             scope = sub(v, s1 + 1) }
 end
 _M.credential = credential
 
+local function is_hex64(s)
+    if #s ~= 64 then
+        return false
+    end
+    for i = 1, 64 do
+        local b = byte(s, i)
+        if not ((b >= 48 and b <= 57) or (b >= 97 and b <= 102) or (b >= 65 and b <= 70)) then
+            return false
+        end
+    end
+    return true
+end
+
 --- The fields of a SigV4 Authorization header: {akid, date, region, service, scope, signed,
---- signature}; or nil, "malformed".
+--- signature}; or nil, "malformed". Each of Credential, SignedHeaders and Signature once, no
+--- other field.
 --   AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/aws4_request,
 --       SignedHeaders=host;range;x-amz-date, Signature=fe5f80f7...
 function _M.parse_header(h)
@@ -243,29 +293,34 @@ function _M.parse_header(h)
         return nil, "malformed"
     end
     local cred, signed, sig
-    for part in h:sub(18):gmatch("[^,]+") do
-        local k, v = part:match("^%s*([%w%-]+)=(.-)%s*$")
-        if k == "Credential" then
-            if cred then
-                return nil, "malformed"
-            end
+    local pos, len = 18, #h
+    while pos <= len do
+        while byte(h, pos) == 32 do
+            pos = pos + 1
+        end
+        local comma = find(h, ",", pos, true) or len + 1
+        local e = comma - 1
+        while e >= pos and byte(h, e) == 32 do
+            e = e - 1
+        end
+        local eq = find(h, "=", pos, true)
+        if not eq or eq > e then
+            return nil, "malformed"
+        end
+        local k, v = sub(h, pos, eq - 1), sub(h, eq + 1, e)
+        if k == "Credential" and not cred then
             cred = v
-        elseif k == "SignedHeaders" then
-            if signed then
-                return nil, "malformed"
-            end
+        elseif k == "SignedHeaders" and not signed then
             signed = v
-        elseif k == "Signature" then
-            if sig then
-                return nil, "malformed"
-            end
+        elseif k == "Signature" and not sig then
             sig = v
         else
             return nil, "malformed"
         end
+        pos = comma + 1
     end
     local c = credential(cred)
-    if not c or not signed or signed == "" or not sig or not sig:match("^%x+$") or #sig ~= 64 then
+    if not c or not signed or signed == "" or not sig or not is_hex64(sig) then
         return nil, "malformed"
     end
     c.signed, c.signature = signed, lower(sig)
@@ -287,17 +342,27 @@ local function days(y, m, d)
     return era * 146097 + doe - 719468
 end
 
+local function num(s, i, j)
+    local n = 0
+    for k = i, j do
+        local b = byte(s, k)
+        if not b or b < 48 or b > 57 then
+            return nil
+        end
+        n = n * 10 + b - 48
+    end
+    return n
+end
+
 --- Seconds since the epoch of an ISO 8601 basic time (YYYYMMDDTHHMMSSZ), or nil.
 function _M.parse_amz_date(s)
-    if type(s) ~= "string" or #s ~= 16 then
+    if type(s) ~= "string" or #s ~= 16 or byte(s, 9) ~= 84 or byte(s, 16) ~= 90 then
         return nil
     end
-    local y, mo, d, h, mi, se = s:match("^(%d%d%d%d)(%d%d)(%d%d)T(%d%d)(%d%d)(%d%d)Z$")
-    if not y then
-        return nil
-    end
-    y, mo, d, h, mi, se = tonumber(y), tonumber(mo), tonumber(d), tonumber(h), tonumber(mi), tonumber(se)
-    if mo < 1 or mo > 12 or d < 1 or d > 31 or h > 23 or mi > 59 or se > 60 then
+    local y, mo, d = num(s, 1, 4), num(s, 5, 6), num(s, 7, 8)
+    local h, mi, se = num(s, 10, 11), num(s, 12, 13), num(s, 14, 15)
+    if not (y and mo and d and h and mi and se) or mo < 1 or mo > 12 or d < 1 or d > 31
+            or h > 23 or mi > 59 or se > 60 then
         return nil
     end
     return days(y, mo, d) * 86400 + h * 3600 + mi * 60 + se

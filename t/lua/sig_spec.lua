@@ -38,6 +38,16 @@ describe("crypto", function()
         assert.equal("de7c9b85b8b78aa6bc8a7a36f70a90701c9db4d9",
             crypto.hex(crypto.hmac_sha1("key", "The quick brown fox jumps over the lazy dog")))
     end)
+    it("a prepared HMAC key gives what HMAC() gives", function()
+        for _, k in ipairs({ "key", string.rep("k", 32), string.rep("\255", 64) }) do
+            for _, m in ipairs({ "", "The quick brown fox jumps over the lazy dog", string.rep("m", 300) }) do
+                assert.equal(crypto.hex(crypto.hmac_sha256(k, m)),
+                    crypto.hex(crypto.hmac_prepared(crypto.hmac_prepare(k), m)))
+            end
+        end
+        assert.equal("d7a8fbb307d7809469ca9abcb0082e4f8d5651e46d3cdb762d02d0bf37c9e592",
+            crypto.hex(crypto.sha256("The quick brown fox jumps over the lazy dog")))
+    end)
     it("base64 round-trips and refuses what is not base64", function()
         for _, s in ipairs({ "", "f", "fo", "foo", "foob", "fooba", "foobar", "\0\255\128" }) do
             assert.equal(s, crypto.unb64(crypto.b64(s)))

@@ -4,6 +4,7 @@
 -- (a presigned URL's expiry, a signed date at most 15 minutes from the gateway's clock). A
 -- request it refuses is answered before it takes tokens or a connection slot or reaches the
 -- backend. Keys without a secret are left to the backend, as before.
+local crypto = require("tollgate.s3.sigcrypto")
 local v4 = require("tollgate.s3.sigv4")
 local v2 = require("tollgate.s3.sigv2")
 local secrets = require("tollgate.s3.sigsecrets")
@@ -19,6 +20,14 @@ local abs = math.abs
 local os_date = os.date
 
 local _M = {}
+
+local hex = crypto.hex
+local hmac_prepared = crypto.hmac_prepared
+
+-- the signing key of (secret, date, region, service), prepared for HMAC
+local function derive(secret, date, region, service)
+    return crypto.hmac_prepare(v4.signing_key(secret, date, region, service))
+end
 
 local SKEW = 900                -- seconds a signed date may be from the gateway's clock (S3's)
 
@@ -90,8 +99,8 @@ local function check_v4(e, akid, c, method, path, ps, skip, headers, amz_date, p
     local creq = v4.canonical_request(method, v4.canonical_uri(path),
         v4.canonical_query(ps, skip), ch, c.signed, payload)
     local sts = v4.string_to_sign(amz_date, c.scope, creq)
-    local skey = secrets.signing_key(e, c.scope, c.date, c.region, c.service, v4.signing_key)
-    if v4.signature(skey, sts) ~= c.signature then
+    local skey = secrets.signing_key(e, c.scope, c.date, c.region, c.service, derive)
+    if hex(hmac_prepared(skey, sts)) ~= c.signature then
         return nil, "signature_mismatch"
     end
     return true

@@ -172,7 +172,8 @@ function _M.unb64(s)
         local va, vb = B64DEC[a], B64DEC[b]
         local vc = c ~= 61 and B64DEC[c] or (c == 61 and 0)
         local vd = d ~= 61 and B64DEC[d] or (d == 61 and 0)
-        if not (va and vb and vc and vd) or (c == 61 and d ~= 61) or (c == 61 or d == 61) and i + 3 < #s then
+        if not (va and vb and vc and vd) or (c == 61 and d ~= 61)
+                or (c == 61 or d == 61) and i + 3 < #s then
             return nil
         end
         local v = va * 262144 + vb * 4096 + vc * 64 + vd

@@ -48,7 +48,8 @@ function _M.parse_keys(text)
                 k = crypto.unb64(l)
             end
             if not k or #k ~= 32 then
-                return nil, "line " .. line .. ": want 32 bytes as base64 (44 characters) or hex (64)"
+                return nil, "line " .. line
+                    .. ": want 32 bytes as base64 (44 characters) or hex (64)"
             end
             out[key_id(k)] = k
             n = n + 1

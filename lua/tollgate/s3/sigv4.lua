@@ -377,7 +377,8 @@ function _M.parse_http_date(s)
     if type(s) ~= "string" then
         return nil
     end
-    local d, mon, y, h, mi, se, zone = s:match("^%a+, (%d%d?) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) (.+)$")
+    local d, mon, y, h, mi, se, zone =
+        s:match("^%a+, (%d%d?) (%a%a%a) (%d%d%d%d) (%d%d):(%d%d):(%d%d) (.+)$")
     local m = MONTHS[mon or ""]
     if not m or (zone ~= "GMT" and zone ~= "+0000" and zone ~= "UTC" and zone ~= "Z") then
         return nil

@@ -37,7 +37,8 @@ _M.REFUSALS = {
         .. "signature you provided. Check your key and signing method." },
     request_expired = { 403, "Request has expired" },
     request_not_yet_valid = { 403, "Request is not valid yet" },
-    time_skewed = { 403, "The difference between the request time and the current time is too large." },
+    time_skewed = { 403, "The difference between the request time and the current time is too "
+        .. "large." },
     missing_date = { 403, "AWS authentication requires a valid Date or x-amz-date header" },
     authorization_malformed = { 400, "The authorization header is malformed." },
     presign_malformed = { 400, "Query-string authentication requires the X-Amz-Algorithm, "
@@ -138,7 +139,7 @@ local function v4_header(e, akid, auth, method, headers, path, q)
     return check_v4(e, akid, c, method, path, v4.params(q), nil, headers, amz_date, payload)
 end
 
-local function v4_presigned(e, akid, method, headers, path, q, ps)
+local function v4_presigned(e, akid, method, headers, path, ps)
     local alg = param(ps, "X-Amz-Algorithm")
     local c = v4.credential(param(ps, "X-Amz-Credential"))
     local amz_date = param(ps, "X-Amz-Date")
@@ -243,7 +244,7 @@ function _M.check(akid, headers, method, vbucket)
     end
     local ps = v4.params(q)
     if param(ps, "X-Amz-Credential") ~= nil or param(ps, "X-Amz-Signature") ~= nil then
-        return v4_presigned(e, akid, method, headers, path, q, ps)
+        return v4_presigned(e, akid, method, headers, path, ps)
     end
     if param(ps, "AWSAccessKeyId") ~= nil or param(ps, "Signature") ~= nil then
         return v2_presigned(e, akid, method, headers, path, ps, vbucket)

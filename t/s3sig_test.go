@@ -144,7 +144,9 @@ func TestS3SignaturesVerifiedAtTheGateway(t *testing.T) {
 	clients := map[string]s3client{}
 	for _, c := range s3clients() {
 		clients[c.name] = c
-		st.addSigned(t, "demo-p2", c.key, c.secret)
+		if c.name != "rclone" { // rclone's key: without a secret until the end
+			st.addSigned(t, "demo-p2", c.key, c.secret)
+		}
 	}
 	ep := st.g.URL
 	dir := t.TempDir()
@@ -299,6 +301,30 @@ for sv in ("s3v4", "s3"):
 	if n := st.backendRequests.Load() - served0; n != 1 {
 		t.Errorf("the backend served %d requests, want the honest one", n)
 	}
+
+	// 3. a key without a secret keeps the default (the backend refuses its forgeries); once its
+	// secret is set the gateway does, and after the secret is removed the backend again
+	rc := clients["rclone"]
+	st.waitVersion(t, st.api.change("POST", "/api/v1/apps/demo-p2/access-keys", map[string]string{"access_key_id": rc.key}))
+	forgeRC := func() (int, string, string) {
+		return sigRequest(t, get(ep+"/sig-bucket/streamed"), rc.key, "not-the-secret-at-all-000000000000000000", time.Now(), "")
+	}
+	s, c, r = forgeRC()
+	forged("no secret on file: the backend's refusal", 403, "SignatureDoesNotMatch", "", s, c, r)
+	st.waitVersion(t, st.api.change("PUT", "/api/v1/apps/demo-p2/access-keys/"+rc.key+"/secret",
+		map[string]string{"secret_access_key": rc.secret}))
+	s, c, r = forgeRC()
+	forged("secret set afterwards: the gateway's refusal", 403, "SignatureDoesNotMatch", "signature_mismatch", s, c, r)
+	if s, c, _ := sigRequest(t, get(ep+"/sig-bucket/streamed"), rc.key, rc.secret, time.Now(), ""); s != 200 {
+		t.Errorf("the right secret after it was set: %d %s", s, c)
+	}
+	if code := st.api.do("DELETE", "/api/v1/apps/demo-p2/access-keys/"+rc.key+"/secret", nil, nil); code != 204 {
+		t.Fatalf("delete secret: %d", code)
+	}
+	eventually(t, "the gateway to leave the key to the backend again", func() bool {
+		_, _, r := forgeRC()
+		return r == ""
+	})
 }
 
 // Secrets are sealed at rest, answered as has_secret only, and never appear in the control

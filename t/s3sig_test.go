@@ -387,6 +387,12 @@ func TestS3SecretsSealedAtRest(t *testing.T) {
 	if back, _ := st.rdb.HGet(ctx, keys.AccessKeySecrets(), key).Result(); back != raw {
 		t.Fatalf("the import did not put the sealed secret back: %q", back)
 	}
+	// the import is a full reload for the gateway: the secret is verified again
+	eventually(t, "the gateway to verify the imported secret", func() bool {
+		req, _ := http.NewRequest("GET", st.g.URL+"/sealed/x", nil)
+		_, _, r := sigRequest(t, req, key, "not-the-secret-at-all-000000000000000000", time.Now(), "")
+		return r == "signature_mismatch"
+	})
 	// a request signed with it, so that the gateway opened it
 	req, _ := http.NewRequest("GET", st.g.URL+"/sealed/x", nil)
 	if s, c, _ := sigRequest(t, req, key, secret, time.Now(), ""); s == 403 && c == "SignatureDoesNotMatch" {

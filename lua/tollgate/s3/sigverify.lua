@@ -9,6 +9,7 @@ local v4 = require("tollgate.s3.sigv4")
 local v2 = require("tollgate.s3.sigv2")
 local secrets = require("tollgate.s3.sigsecrets")
 local reqheaders = require("tollgate.request.headers")
+local s3 = require("tollgate.s3")
 
 local sub = string.sub
 local find = string.find
@@ -217,6 +218,88 @@ local function v2_presigned(e, akid, method, headers, path, ps, vbucket)
     return true
 end
 
+-- the form fields a browser POST upload signs with (lower-case names)
+local FORM_FIELDS = { policy = true, ["x-amz-signature"] = true, ["x-amz-credential"] = true,
+                      ["x-amz-algorithm"] = true, awsaccesskeyid = true, signature = true }
+local FORM_MAX = 65536      -- bytes of the form read for them (as tollgate.identity reads it)
+
+-- The signing fields of a multipart/form-data body (those before the file, as S3 reads them):
+-- { name = value }, or nil when one is repeated or the form cannot be read.
+local function form_fields(headers)
+    local boundary = s3.form_boundary(headers["content-type"])
+    if not boundary then
+        return nil
+    end
+    ngx.req.read_body()         -- (tollgate.identity read it already for the credential)
+    local body = ngx.req.get_body_data()
+    if not body then
+        local p = ngx.req.get_body_file()
+        local f = p and io.open(p, "rb")
+        if not f then
+            return nil
+        end
+        body = f:read(FORM_MAX)
+        f:close()
+    end
+    if not body then
+        return nil
+    end
+    local out, delim, pos = {}, "--" .. boundary, 1
+    while true do
+        local b, e = find(body, delim, pos, true)
+        if not b then
+            return out
+        end
+        local hend = find(body, "\r\n\r\n", e, true)
+        if not hend then
+            return out
+        end
+        local name = string.lower(sub(body, e + 1, hend)):match('name="([^"]*)"')
+        local vend = find(body, "\r\n" .. delim, hend + 4, true)
+        if name == "file" or not vend then
+            return out
+        end
+        if FORM_FIELDS[name] then
+            if out[name] ~= nil then
+                return nil
+            end
+            out[name] = sub(body, hend + 4, vend - 1)
+        end
+        pos = vend + 2
+    end
+end
+
+-- A browser POST upload: the policy's signature (V4: hex HMAC-SHA256 under the signing key of
+-- X-Amz-Credential; V2: base64 HMAC-SHA1 under the secret). The policy's conditions and its
+-- expiration are the backend's to check.
+local function post_form(e, akid, headers)
+    local f = form_fields(headers)
+    if not f or not f.policy then
+        return nil, "signature_unverifiable"
+    end
+    if f["x-amz-signature"] then
+        local c = v4.credential(f["x-amz-credential"])
+        if f["x-amz-algorithm"] ~= v4.ALGORITHM or not c then
+            return nil, "authorization_malformed"
+        end
+        if c.akid ~= akid then
+            return nil, "signature_mismatch"
+        end
+        local skey = secrets.signing_key(e, c.scope, c.date, c.region, c.service, derive)
+        if hex(hmac_prepared(skey, f.policy)) ~= string.lower(f["x-amz-signature"]) then
+            return nil, "signature_mismatch"
+        end
+        return true
+    end
+    if f.signature and f.awsaccesskeyid then
+        if f.awsaccesskeyid ~= akid or v2.signature(e.secret, f.policy) ~= f.signature then
+            return nil, "signature_mismatch"
+        end
+        return true
+    end
+    return nil, "signature_unverifiable"
+end
+
 --- Verify the request's signature when access key id akid has a secret on file (headers: the
 --- request's header table of tollgate.request.headers; vbucket: the bucket of a
 --- virtual-hosted request). Returns true (verified, or no secret on file), or nil, reason.
@@ -249,7 +332,7 @@ function _M.check(akid, headers, method, vbucket)
     if param(ps, "AWSAccessKeyId") ~= nil or param(ps, "Signature") ~= nil then
         return v2_presigned(e, akid, method, headers, path, ps, vbucket)
     end
-    return nil, "signature_unverifiable"          -- a browser POST form: not checked here
+    return post_form(e, akid, headers)              -- a browser POST upload, or nothing we check
 end
 
 return _M

@@ -1,6 +1,7 @@
 -- Signature verification in the access phase, for access keys with a secret on file
 -- (tollgate.s3.sigsecrets): SigV4 (Authorization header, presigned query, the seed signature
--- of a streaming upload) and SigV2 (header and presigned query), with the time checks S3 makes
+-- of a streaming upload), SigV2 (header and presigned query) and the policy signature of browser
+-- POST uploads, with the time checks S3 makes
 -- (a presigned URL's expiry, a signed date at most 15 minutes from the gateway's clock). A
 -- request it refuses is answered before it takes tokens or a connection slot or reaches the
 -- backend. Keys without a secret are left to the backend, as before.

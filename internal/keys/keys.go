@@ -155,6 +155,11 @@ func AccessKeys() string { return rlPrefix + "access_keys" }
 // keys without a scan of AccessKeys.
 func AppAccessKeys(app string) string { return rlPrefix + "app_access_keys:" + app }
 
+// AccessKeySecrets is the hash S3 access key id -> its secret sealed with the secrets key
+// (internal/secrets; never the plain secret), for the keys whose signatures the gateways verify
+// (no hash tag).
+func AccessKeySecrets() string { return rlPrefix + "access_key_secrets" }
+
 // Buckets is the hash bucket name -> app id that anonymous requests to a bucket are charged to
 // (no hash tag).
 func Buckets() string { return rlPrefix + "buckets" }

@@ -212,6 +212,9 @@ func (s *Store) RemoveAccessKey(ctx context.Context, app, key string) (int64, er
 	if !removed {
 		return 0, fmt.Errorf("store: access key of app %s: %w", app, ErrNotFound)
 	}
+	if err := s.dropSecret(ctx, key); err != nil {
+		return 0, err
+	}
 	return s.bumpVersion(WithChange(ctx, ChangeKey, key), nil)
 }
 
@@ -355,6 +358,11 @@ func (s *Store) RemoveAppIdentity(ctx context.Context, app string) error {
 			}
 			if released {
 				AlsoChange(ctx, m.kind, f)
+				if m.kind == ChangeKey {
+					if err := s.dropSecret(ctx, f); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		if err := s.rdb.Del(ctx, m.set).Err(); err != nil {

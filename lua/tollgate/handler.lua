@@ -23,6 +23,7 @@ local events = require("tollgate.events")
 
 local reqheaders = require("tollgate.request.headers")
 local identity = require("tollgate.identity")
+local sigsecrets = require("tollgate.s3.sigsecrets")
 local access = require("tollgate.request.access")
 local log_phase = require("tollgate.request.log")
 
@@ -87,6 +88,7 @@ function _M.init(opts)
     end
     calculator = calc
     identity.configure(conf)
+    sigsecrets.configure(conf.secrets_key_file)
     access.configure(calculator, identity.DOMAINS[1] and identity.DOMAINS or nil)
     log_phase.configure(conf, calculator)
     -- the headers the request path reads (identity, price, reservation estimates); rules and
@@ -109,6 +111,7 @@ function _M.init_worker()
     deg.init(conf)
     deg.start()
     config.on_generation(identity.flush)
+    config.on_generation(sigsecrets.flush)
     config.publish_generation(true)
     local client, err = rredis.new({
         url = conf.redis_url, pool_size = conf.pool_size,

@@ -45,5 +45,7 @@ function _M.events_stream() return "ratelimit:events" end
 function _M.access_keys() return "ratelimit:access_keys" end
 function _M.app_access_keys(a) return "ratelimit:app_access_keys:" .. a end
 function _M.buckets() return "ratelimit:buckets" end
+-- access key id -> its secret, sealed (tollgate.s3.sigsecrets): keys whose signatures are checked
+function _M.access_key_secrets() return "ratelimit:access_key_secrets" end
 
 return _M

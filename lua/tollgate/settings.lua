@@ -140,6 +140,7 @@ _M.SCHEMA = {
     { key = "conn_cleanup_interval", env = "TOLLGATE_CONN_CLEANUP_INTERVAL", kind = "number", default = 30, min = 0.1, doc = "seconds between leak cleanup runs" },
     { key = "conn_cleanup_batch", env = "TOLLGATE_CONN_CLEANUP_BATCH", kind = "integer", default = 10000, min = 1, doc = "tracking slots one cleanup run looks at, at most" },
     { key = "conn_stats_interval", env = "TOLLGATE_CONN_STATS_INTERVAL", kind = "number", default = 10, min = 0.1, doc = "seconds between connection statistics written to Redis" },
+    { key = "secrets_key_file", env = "TOLLGATE_SECRETS_KEY_FILE", kind = "string", default = "", doc = "key file (the control plane's, 0600, read by the master at start) that opens the access key secrets the control plane sealed: the gateway then verifies the signatures of those keys (docs/security.md); unset: keys with a secret on file are refused" },
     { key = "conn_config_ttl", env = "TOLLGATE_CONN_CONFIG_TTL", kind = "number", default = 60, min = 0.1, doc = "seconds the connection limits of the apps with traffic on the node are cached (a config notice refreshes them at once)" },
 }
 -- luacheck: pop

@@ -183,7 +183,17 @@ describe('admin console on a real stack', () => {
     await detail.removeS3('access-keys', 'minio.e2e~user')
     await until(async () => (await detail.s3Tags('access-keys')).length === 1, 'the removed key to leave the page')
     expect(await redisCli(stack, 'HEXISTS', 'ratelimit:access_keys', 'minio.e2e~user')).toBe('0')
-    expect(await api.call('GET', `/api/v1/apps/${APP}/access-keys`)).toEqual([{ access_key_id: 'AKIAE2EPHOTOS0000001' }])
+    expect(await api.call('GET', `/api/v1/apps/${APP}/access-keys`)).toEqual([{ access_key_id: 'AKIAE2EPHOTOS0000001', has_secret: false }])
+    // its secret: sealed in Redis, shown as verified, never answered; then forgotten
+    await detail.addS3('access-key', 'AKIAE2EPHOTOS0000001', 'e2e-secret-0123456789abcdef')
+    await until(async () => (await detail.s3Tags('access-keys')).some((t) => t.includes('verified')), 'the key shown as verified')
+    const sealed = await redisCli(stack, 'HGET', 'ratelimit:access_key_secrets', 'AKIAE2EPHOTOS0000001')
+    expect(sealed.startsWith('tgs1.') && !sealed.includes('e2e-secret')).toBe(true)
+    expect(await api.call('GET', `/api/v1/apps/${APP}/access-keys`)).toEqual([{ access_key_id: 'AKIAE2EPHOTOS0000001', has_secret: true }])
+    await screenshot(page, '10c-app-access-key-secret')
+    await page.locator('[data-remove-secret="AKIAE2EPHOTOS0000001"]').click()
+    await until(async () => !(await detail.s3Tags('access-keys')).some((t) => t.includes('verified')), 'the secret forgotten')
+    expect(await redisCli(stack, 'HEXISTS', 'ratelimit:access_key_secrets', 'AKIAE2EPHOTOS0000001')).toBe('0')
   })
 
   it('07 activates and deactivates emergency mode', async () => {

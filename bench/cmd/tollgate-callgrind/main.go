@@ -39,6 +39,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/redis/go-redis/v9"
 
 	"tollgate/bench/internal/nginxenv"
@@ -46,6 +48,7 @@ import (
 	"tollgate/bench/internal/redisenv"
 	"tollgate/bench/internal/runner"
 	"tollgate/internal/keys"
+	"tollgate/internal/secrets"
 )
 
 func main() {
@@ -65,7 +68,8 @@ type config struct {
 	ruleAlg  string
 	keep     string
 	method   string // GET (the 1 KiB object) or PUT (1 KiB uploads)
-	auth     string // header (X-App-Id) or sigv4 (an S3 access key mapped to the app)
+	auth     string // header (X-App-Id), sigv4 (an S3 access key mapped to the app) or signed
+	keyFile  string // -auth signed: the secrets key file the gateway opens the key's secret with
 }
 
 // row is one variant's instructions per request: in total and inside the phases that
@@ -93,7 +97,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.rules, "rules", "", "comma-separated rule counts: extra (b) variants with active rules")
 	fs.StringVar(&cfg.ruleAlg, "rule-alg", "", "with -rules: every rule a node rule of this algorithm")
 	fs.StringVar(&cfg.method, "method", "GET", "GET (the 1 KiB object) or PUT (1 KiB uploads)")
-	fs.StringVar(&cfg.auth, "auth", "header", "header (X-App-Id) or sigv4 (a SigV4 Authorization whose access key maps to the app)")
+	fs.StringVar(&cfg.auth, "auth", "header", "header (X-App-Id), sigv4 (a SigV4 Authorization whose access key maps to the app) "+
+		"or signed (the same key with its secret on file: the gateway verifies a real signature)")
 	fs.StringVar(&cfg.keep, "keep", "", "copy each variant's dump to DIR/<variant>.callgrind (for callgrind_annotate)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -107,8 +112,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if cfg.method != "GET" && cfg.method != "PUT" {
 		return fmt.Errorf("-method must be GET or PUT")
 	}
-	if cfg.auth != "header" && cfg.auth != "sigv4" {
-		return fmt.Errorf("-auth must be header or sigv4")
+	if cfg.auth != "header" && cfg.auth != "sigv4" && cfg.auth != "signed" {
+		return fmt.Errorf("-auth must be header, sigv4 or signed")
+	}
+	if cfg.auth == "signed" && cfg.method != "GET" {
+		return fmt.Errorf("-auth signed signs GETs only")
 	}
 	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate", "curl",
 		"nginx", "redis-server"} {
@@ -139,6 +147,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := r.Client().HSet(ctx, keys.AccessKeys(), benchAccessKey, redisenv.AppID).Err(); err != nil {
 		return err
+	}
+	if cfg.auth == "signed" {
+		if cfg.keyFile, err = sealBenchSecret(ctx, r.Client(), dir); err != nil {
+			return err
+		}
 	}
 	var rows []row
 	type variant struct {
@@ -247,7 +260,7 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 	cmd.Env = os.Environ()
 	if v.Tollgate() {
 		cmd.Env = append(cmd.Env, "TOLLGATE_REDIS_URL="+redisURL, "TOLLGATE_NODE_ID=callgrind",
-			"TOLLGATE_LIMITER_MODE="+v.Mode())
+			"TOLLGATE_LIMITER_MODE="+v.Mode(), "TOLLGATE_SECRETS_KEY_FILE="+cfg.keyFile)
 	}
 	p, err := proc.Start("valgrind nginx "+v.Name, cmd)
 	if err != nil {
@@ -261,8 +274,9 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 	}
 	ok := func(ctx context.Context) (bool, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
-		name, value := authHeader(cfg.auth)
-		req.Header.Set(name, value)
+		for _, h := range authHeaders(cfg.auth, http.MethodGet, probe) {
+			req.Header.Set(h[0], h[1])
+		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false, err
@@ -314,15 +328,50 @@ func keepDump(dump, dir, name string) error {
 // benchAccessKey is the S3 access key id of the bench app (-auth sigv4).
 const benchAccessKey = "AKIABENCHEXAMPLE0001"
 
-// authHeader is the header identifying the bench app: X-App-Id, or a SigV4 Authorization (its
-// signature is not checked by tollgate, and the bench backend checks none).
-func authHeader(auth string) (string, string) {
-	if auth == "sigv4" {
-		return "Authorization", "AWS4-HMAC-SHA256 Credential=" + benchAccessKey +
-			"/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, " +
-			"Signature=" + strings.Repeat("5d", 32)
+// benchSecret is the secret of benchAccessKey (-auth signed).
+const benchSecret = "benchSecretKey/K7MDENG+bPxRfiCYEXAMPLEKEY"
+
+// sealBenchSecret writes a secrets key file into dir and the bench key's sealed secret into
+// Redis; it returns the key file's path.
+func sealBenchSecret(ctx context.Context, rdb *redis.Client, dir string) (string, error) {
+	data, err := secrets.NewKey()
+	if err != nil {
+		return "", err
 	}
-	return nginxenv.AppHeader, redisenv.AppID
+	path := filepath.Join(dir, "secrets.key")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", err
+	}
+	kr, err := secrets.Parse(data)
+	if err != nil {
+		return "", err
+	}
+	sealed, err := kr.Seal(benchAccessKey, benchSecret)
+	if err != nil {
+		return "", err
+	}
+	return path, rdb.HSet(ctx, keys.AccessKeySecrets(), benchAccessKey, sealed).Err()
+}
+
+// authHeaders are the headers identifying the bench app: X-App-Id; a SigV4 Authorization whose
+// signature is not checked (sigv4: the key has no secret on file, and the bench backend checks
+// none); or a real SigV4 signature of a GET of url, made now (signed: the gateway verifies it;
+// a run must stay within the 15 minutes a signed date is accepted).
+func authHeaders(auth, method, url string) [][2]string {
+	switch auth {
+	case "sigv4":
+		return [][2]string{{"Authorization", "AWS4-HMAC-SHA256 Credential=" + benchAccessKey +
+			"/20260101/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, " +
+			"Signature=" + strings.Repeat("5d", 32)}}
+	case "signed":
+		req, _ := http.NewRequest(method, url, nil)
+		req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+		_ = v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: benchAccessKey,
+			SecretAccessKey: benchSecret}, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now())
+		return [][2]string{{"Authorization", req.Header.Get("Authorization")},
+			{"X-Amz-Date", req.Header.Get("X-Amz-Date")}, {"X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD"}}
+	}
+	return [][2]string{{nginxenv.AppHeader, redisenv.AppID}}
 }
 
 // curl sends n keep-alive requests over one connection (curl -K with n URLs); PUTs upload a
@@ -348,9 +397,11 @@ func curl(prefix, url string, cfg config, n int) error {
 	if err := os.WriteFile(list, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	name, value := authHeader(cfg.auth)
-	out, err := exec.Command("curl", "-sS", "--fail", "-H", name+": "+value,
-		"-K", list).CombinedOutput()
+	args := []string{"-sS", "--fail"}
+	for _, h := range authHeaders(cfg.auth, http.MethodGet, url) {
+		args = append(args, "-H", h[0]+": "+h[1])
+	}
+	out, err := exec.Command("curl", append(args, "-K", list)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("curl: %w: %s", err, out)
 	}

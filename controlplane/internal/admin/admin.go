@@ -93,7 +93,7 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 	led := ledger.New(o.Redis, o.Scripts)
 	cat := changes.NewCatalog(o.Store)
 	ch := changes.New(changes.Options{Store: o.Store, Validator: validate.New(cat, log, al),
-		Emergency: emergency.NewManager(led, log), Audit: al, Redis: o.Redis, Catalog: cat, Logger: log})
+		Emergency: emergency.NewManager(led, log), Audit: al, Redis: o.Redis, Catalog: cat, Logger: log, Secrets: a.Secrets})
 	lv := live.New(live.Options{Redis: o.Redis, Catalog: o.Store, L1: led, Interval: a.LiveInterval, Logger: log,
 		Alerts: a.Alerts, OnCollect: func(s *live.Snapshot, err error) { m.Collected(s, err) }, StoreLost: storeLost})
 	var storeStatus func() durable.Status

@@ -127,6 +127,7 @@ func classifySentinel(err error) *Error {
 		{store.ErrClusterChange, 409, "cluster_change"},
 		{store.ErrAccessKeyInUse, 409, "access_key_in_use"}, {store.ErrInvalidAccessKey, 400, "invalid_access_key_id"},
 		{store.ErrInvalidBucket, 400, "invalid_bucket"}, {changes.ErrUnknownApp, 400, "unknown_app"},
+		{changes.ErrSecretsDisabled, 409, "secrets_key_not_configured"}, {changes.ErrInvalidSecret, 400, "invalid_secret"},
 		{auth.ErrWeakPassword, 400, "weak_password"}, {auth.ErrUnknownRole, 400, "invalid_role"},
 		{auth.ErrTokenExpired, 401, "token_expired"}, {auth.ErrTokenInvalid, 401, "invalid_token"},
 		{auth.ErrRefreshInvalid, 401, "invalid_refresh_token"},

@@ -12,11 +12,13 @@ import (
 // accessKey is one access key id of an app.
 type accessKey struct {
 	AccessKeyID string `json:"access_key_id"`
+	HasSecret   bool   `json:"has_secret"` // the gateways verify its signatures (the secret is never answered)
 }
 
 type accessKeyChange struct {
 	AppID       string `json:"app_id"`
 	AccessKeyID string `json:"access_key_id"`
+	HasSecret   bool   `json:"has_secret"`
 	changes.IdentityChange
 }
 
@@ -38,18 +40,25 @@ func (s *server) listAccessKeys(c *gin.Context) {
 		s.fail(c, err)
 		return
 	}
+	has, err := s.opts.Changes.HasSecret(c.Request.Context(), ids)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
 	out := make([]accessKey, 0, len(ids))
 	for _, k := range ids {
-		out = append(out, accessKey{AccessKeyID: k})
+		out = append(out, accessKey{AccessKeyID: k, HasSecret: has[k]})
 	}
 	okMeta(c, out, gin.H{"total": len(out)})
 }
 
-// addAccessKey: POST /apps/:id/access-keys {"access_key_id": "…"}: 201 when added, 200 when the
-// app already holds the key, 409 access_key_in_use when another app does.
+// addAccessKey: POST /apps/:id/access-keys {"access_key_id": "…", "secret_access_key": "…"}: 201
+// when added, 200 when the app already holds the key, 409 access_key_in_use when another app
+// does. The optional secret is sealed and stored with the key (see putAccessKeySecret).
 func (s *server) addAccessKey(c *gin.Context) {
 	var in struct {
-		AccessKeyID *string `json:"access_key_id"`
+		AccessKeyID     *string `json:"access_key_id"`
+		SecretAccessKey *string `json:"secret_access_key"`
 	}
 	w, read := s.readWrite(c, "id", &in)
 	if !read {
@@ -64,16 +73,38 @@ func (s *server) addAccessKey(c *gin.Context) {
 			Message: "access_key_id is required", Details: map[string]string{"field": "access_key_id"}})
 		return
 	}
+	if in.SecretAccessKey != nil { // checked before anything is written
+		if err := s.checkSecret(*in.SecretAccessKey); err != nil {
+			s.fail(c, err)
+			return
+		}
+	}
 	created, out, err := s.opts.Changes.AddAccessKey(c.Request.Context(), w.actor, w.id, *in.AccessKeyID)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
+	if in.SecretAccessKey != nil {
+		sout, err := s.opts.Changes.SetAccessKeySecret(c.Request.Context(), w.actor, w.id, *in.AccessKeyID, *in.SecretAccessKey)
+		if err != nil {
+			if created { // no key without the secret it was added with
+				_, _ = s.opts.Changes.RemoveAccessKey(c.Request.Context(), w.actor, w.id, *in.AccessKeyID)
+			}
+			s.fail(c, err)
+			return
+		}
+		out.Written, out.Version = true, sout.Version
+	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
 	}
-	ok(c, status, accessKeyChange{AppID: w.id, AccessKeyID: *in.AccessKeyID, IdentityChange: out})
+	has, err := s.opts.Changes.HasSecret(c.Request.Context(), []string{*in.AccessKeyID})
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ok(c, status, accessKeyChange{AppID: w.id, AccessKeyID: *in.AccessKeyID, HasSecret: has[*in.AccessKeyID], IdentityChange: out})
 }
 
 // removeAccessKey: DELETE /apps/:id/access-keys/:key, 204.

@@ -70,6 +70,8 @@ func (s *server) table() []route {
 		{get, v1 + "/apps/:id/access-keys", viewer, s.listAccessKeys},
 		{post, v1 + "/apps/:id/access-keys", operator, s.addAccessKey},
 		{del, v1 + "/apps/:id/access-keys/:key", operator, s.removeAccessKey},
+		{put, v1 + "/apps/:id/access-keys/:key/secret", operator, s.putAccessKeySecret},
+		{del, v1 + "/apps/:id/access-keys/:key/secret", operator, s.deleteAccessKeySecret},
 		{get, v1 + "/apps/:id/buckets", viewer, s.listAppBuckets},
 
 		{get, v1 + "/buckets", viewer, s.listBuckets},

@@ -72,10 +72,20 @@ func TestAccessKeysAreExclusiveVersionedPublishedAndAudited(t *testing.T) {
 		{"unknown app", "POST", "/api/v1/apps/nope/access-keys", map[string]any{"access_key_id": "abcd"}, 404, "not_found", nil},
 		{"bad app id", "GET", "/api/v1/apps/a%20b/access-keys", nil, 400, "invalid_id", nil},
 		{"list", "GET", base, nil, 200, "", func(t *testing.T, res result) {
-			if fmt.Sprint(res.get("data")) != fmt.Sprintf("[map[access_key_id:%s] map[access_key_id:%s]]", aws, minio) {
+			if fmt.Sprint(res.get("data")) != fmt.Sprintf("[map[access_key_id:%s has_secret:false] map[access_key_id:%s has_secret:false]]", aws, minio) {
 				t.Fatalf("list: %s", res.raw)
 			}
 		}},
+		// secrets: this control plane has no secrets key file
+		{"secret without a key file", "PUT", base + "/" + aws + "/secret", map[string]any{"secret_access_key": "0123456789abcdefghij"}, 409, "secrets_key_not_configured", nil},
+		{"secret too short", "PUT", base + "/" + aws + "/secret", map[string]any{"secret_access_key": "short"}, 400, "invalid_secret", nil},
+		{"secret missing", "PUT", base + "/" + aws + "/secret", map[string]any{}, 400, "missing_field", nil},
+		{"key with a secret, no key file", "POST", base, map[string]any{"access_key_id": "withsecret1", "secret_access_key": "0123456789abcdefghij"}, 409, "secrets_key_not_configured", func(t *testing.T, res result) {
+			if owner("withsecret1") != "" {
+				t.Fatal("the refused change added the key")
+			}
+		}},
+		{"no secret to delete", "DELETE", base + "/" + aws + "/secret", nil, 404, "not_found", nil},
 		{"remove from the wrong app", "DELETE", "/api/v1/apps/demo-p3/access-keys/" + aws, nil, 404, "not_found", func(t *testing.T, res result) {
 			if owner(aws) != "demo-p1" {
 				t.Fatal("another app removed the key")
@@ -114,6 +124,7 @@ func TestAccessKeysAreExclusiveVersionedPublishedAndAudited(t *testing.T) {
 		"app.access_key.remove app/demo-p1/access-keys/" + minio + " failed",
 		"app.access_key.remove app/demo-p1/access-keys/" + minio + " ok",
 		"app.access_key.remove app/demo-p3/access-keys/" + aws + " failed",
+		"app.access_key.secret_delete app/demo-p1/access-keys/" + aws + " failed",
 		"app.access_key.add app/nope/access-keys/abcd failed",
 		"app.access_key.add app/demo-p3/access-keys/" + aws + " failed",
 		"app.access_key.add app/demo-p1/access-keys/" + minio + " ok",

@@ -16,6 +16,7 @@ import (
 
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/validate"
+	"tollgate/internal/secrets"
 	"tollgate/internal/store"
 )
 
@@ -90,6 +91,7 @@ type Options struct {
 	Redis     redis.Cmdable // connection-limit hashes
 	Catalog   *Catalog      // what the validator reads (default: NewCatalog(Store)); give the validator the same
 	Logger    *slog.Logger
+	Secrets   *secrets.Keyring // seals access key secrets (nil: no key file, no secrets stored)
 }
 
 // Service is the write path.
@@ -152,6 +154,10 @@ func errorCode(err error) string {
 		return "invalid_access_key"
 	case errors.Is(err, store.ErrInvalidBucket):
 		return "invalid_bucket"
+	case errors.Is(err, ErrSecretsDisabled):
+		return "secrets_key_not_configured"
+	case errors.Is(err, ErrInvalidSecret):
+		return "invalid_secret"
 	}
 	return "write_failed"
 }

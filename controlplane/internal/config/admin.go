@@ -11,6 +11,7 @@ import (
 
 	"tollgate/controlplane/internal/live"
 	"tollgate/internal/keys"
+	"tollgate/internal/secrets"
 )
 
 // Environment variables of the admin API (docs/operations.md "Settings").
@@ -34,6 +35,7 @@ const (
 	EnvAuditAnonMax  = "TOLLGATE_AUDIT_ANON_MAXLEN"  // retention of the audit stream of requests refused before authentication, in entries (10000; 100 to 100000000)
 	EnvTrustedProxy  = "TOLLGATE_CP_TRUSTED_PROXIES" // comma-separated proxy addresses or CIDRs whose X-Forwarded-For names the client (none; like 10.0.0.0/8)
 	EnvPrometheusURL = "TOLLGATE_PROMETHEUS_URL"     // Prometheus answering the console's history (none; an http:// or https:// URL)
+	EnvSecretsKey    = "TOLLGATE_SECRETS_KEY_FILE"   // key file sealing the S3 secret access keys the gateways verify signatures with, the gateways' file (none: no secret is stored; a 0600 file of 32-byte keys, base64 or hex)
 
 	// alert thresholds (docs/operations.md "Alerts")
 	EnvAlertCleanupStalled  = "TOLLGATE_ALERT_CLEANUP_STALLED"   // alert cleanup_stalled: a node's last cleanup older than (120s; 1s to 24h)
@@ -66,6 +68,9 @@ type Admin struct {
 	LoginWindow    time.Duration
 	MinSecretSize  int
 	PrometheusURL  string // empty: no history ranges (the console says Prometheus is absent)
+	// Secrets seals access key secrets (nil: TOLLGATE_SECRETS_KEY_FILE unset, none stored)
+	Secrets        *secrets.Keyring
+	SecretsKeyFile string
 	Alerts         live.AlertSettings
 }
 
@@ -98,6 +103,13 @@ func adminFromEnv(getenv func(string) string) (Admin, []error) {
 			errs = append(errs, fmt.Errorf("%s: want at least %d bytes", EnvJWTSecret, a.MinSecretSize))
 		}
 		a.JWTSecret = []byte(s)
+	}
+	if p := strings.TrimSpace(getenv(EnvSecretsKey)); p != "" {
+		kr, err := secrets.Load(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", EnvSecretsKey, err))
+		}
+		a.Secrets, a.SecretsKeyFile = kr, p
 	}
 	a.MetricsToken = getenv(EnvMetricsToken)
 	if a.MetricsToken != "" && len(a.MetricsToken) < 32 {
@@ -272,6 +284,7 @@ func (a Admin) LogValue() slog.Value {
 		slog.String("password", set(a.Password != "")),
 		slog.String("jwt_secret", set(len(a.JWTSecret) > 0)),
 		slog.String("metrics_token", set(a.MetricsToken != "")),
+		slog.String("secrets_key_file", a.SecretsKeyFile), slog.String("secrets_key_id", a.Secrets.CurrentID()),
 		slog.Duration("access_ttl", a.AccessTTL), slog.Duration("refresh_ttl", a.RefreshTTL),
 		slog.Any("cors_origins", a.CORSOrigins),
 		slog.Float64("api_rate", a.APIRate), slog.Int("api_burst", a.APIBurst),

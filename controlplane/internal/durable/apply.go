@@ -166,9 +166,25 @@ func (w Writer) apply(ctx context.Context, cur, doc Document) error {
 			return fmt.Errorf("app %s: %w", a.AppID, err)
 		}
 	}
-	// 5. access keys and buckets: what goes first (a key or bucket may move to another app)
+	// 5. access keys and buckets: what goes first (a key or bucket may move to another app);
+	// then the sealed secrets the document carries (a document without them leaves them alone)
 	if err := w.identity(ctx, cur, doc); err != nil {
 		return err
+	}
+	sealed := map[string]string{}
+	for _, a := range doc.Apps {
+		for k, v := range a.AccessKeySecrets {
+			if old[a.AppID].AccessKeySecrets[k] != v {
+				sealed[k] = v
+			}
+		}
+	}
+	if len(sealed) > 0 {
+		if _, err := w.Store.Bump(ctx, func(ctx context.Context) error {
+			return w.Store.PutSealedSecrets(ctx, sealed)
+		}); err != nil {
+			return fmt.Errorf("access key secrets: %w", err)
+		}
 	}
 	// 6. connection limits, rules, breakers, users and the secret: plain hash writes, announced
 	// by one version bump at the end

@@ -13,6 +13,7 @@ import (
 	"tollgate/controlplane/internal/rules"
 	"tollgate/controlplane/internal/validate"
 	"tollgate/internal/keys"
+	"tollgate/internal/secrets"
 	"tollgate/internal/store"
 )
 
@@ -89,6 +90,16 @@ func Check(d Document) []validate.Violation {
 				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "duplicate", "access key %s listed for %s and %s", k, keyOwner[k], a.AppID)
 			}
 			keyOwner[k] = a.AppID
+		}
+		listed := map[string]bool{}
+		for _, k := range a.AccessKeys {
+			listed[k] = true
+		}
+		for k, v := range a.AccessKeySecrets {
+			if _, err := secrets.KeyIDOf(v); err != nil || !listed[k] {
+				add(fmt.Sprintf("%s.access_key_secrets[%s]", f, k), "invalid_secret",
+					"a sealed secret (as exported with secrets) of one of the app's access_keys")
+			}
 		}
 		for j, b := range a.Buckets {
 			switch {

@@ -53,6 +53,13 @@ func flatten(d Document) map[string]any {
 		put("clusters["+c.ID+"]", c)
 	}
 	for _, a := range d.Apps {
+		if a.AccessKeySecrets != nil {
+			hidden := make(map[string]string, len(a.AccessKeySecrets))
+			for k, v := range a.AccessKeySecrets {
+				hidden[k] = "(secret " + shortHash(v) + ")"
+			}
+			a.AccessKeySecrets = hidden
+		}
 		put("apps["+a.AppID+"]", a)
 	}
 	for _, r := range d.Rules {

@@ -52,6 +52,9 @@ type App struct {
 	Connections *validate.ConnLimits `json:"connections,omitempty"`
 	AccessKeys  []string             `json:"access_keys,omitempty"`
 	Buckets     []string             `json:"buckets,omitempty"`
+	// AccessKeySecrets are the secrets of its access keys, sealed (internal/secrets: they open
+	// only with the secrets key file that sealed them); exported with secrets only.
+	AccessKeySecrets map[string]string `json:"access_key_secrets,omitempty"`
 }
 
 // Encode writes the document as "json" (indented) or "yaml".

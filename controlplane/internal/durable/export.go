@@ -123,6 +123,9 @@ func (r Reader) Export(ctx context.Context, withSecrets bool) (Document, error) 
 	if !withSecrets {
 		return d, nil
 	}
+	if err := r.exportSecrets(ctx, d.Apps); err != nil {
+		return d, err
+	}
 	d.Users = []users.User{}
 	if err := readHash(ctx, r.Redis, keys.AdminUsers(), func(name, doc string) error {
 		u, err := users.Decode(name, doc)
@@ -167,4 +170,27 @@ func readHash(ctx context.Context, rdb redis.Cmdable, key string, fn func(k, v s
 			return nil
 		}
 	}
+}
+
+// exportSecrets adds the sealed secrets of the apps' access keys (one HMGET per 1,000 keys).
+func (r Reader) exportSecrets(ctx context.Context, apps []App) error {
+	var all []string
+	for _, a := range apps {
+		all = append(all, a.AccessKeys...)
+	}
+	sealed, err := r.Store.SealedSecrets(ctx, all)
+	if err != nil {
+		return err
+	}
+	for i := range apps {
+		for _, k := range apps[i].AccessKeys {
+			if v, ok := sealed[k]; ok {
+				if apps[i].AccessKeySecrets == nil {
+					apps[i].AccessKeySecrets = map[string]string{}
+				}
+				apps[i].AccessKeySecrets[k] = v
+			}
+		}
+	}
+	return nil
 }

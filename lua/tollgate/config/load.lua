@@ -301,6 +301,9 @@ function _M.apply_changes(red, version)
     end
     local ok, err = apply_map(red, keys.access_keys(), "ak:", by.key)
     if ok then
+        ok, err = require("tollgate.s3.sigsecrets").apply(red, by.key)
+    end
+    if ok then
         ok, err = apply_map(red, keys.buckets(), "bk:", by.bucket)
     end
     if ok then
@@ -433,6 +436,11 @@ function _M.reload(red)
         return nil, ierr
     end
     bad = bad + ibad
+    local sbad, serr2 = require("tollgate.s3.sigsecrets").reload(red, s3.valid_key)
+    if not sbad then
+        return nil, serr2
+    end
+    bad = bad + sbad
     if bad > 0 then
         cdict:incr("errors", bad, 0)
     end

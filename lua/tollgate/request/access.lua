@@ -19,6 +19,7 @@ local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
+local sigverify = require("tollgate.s3.sigverify")
 
 
 local get_method = ngx.req.get_method
@@ -119,6 +120,13 @@ function _M.run()
         else
             local r = IDENTITY_REFUSALS[why]
             return reject_invalid(ctx, why, r[2], r[1])
+        end
+    end
+    if akid then    -- a key with a secret on file: its signature, before anything is taken
+        local sok, sreason = sigverify.check(akid, headers, method, vbucket)
+        if not sok then
+            local r = sigverify.REFUSALS[sreason]
+            return reject_invalid(ctx, sreason, r[2], r[1])
         end
     end
     local a = config.cached(id)

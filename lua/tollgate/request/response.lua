@@ -26,6 +26,21 @@ local S3_CODES = {
     unsupported_method = { 405, "MethodNotAllowed",
         "The specified method is not allowed against this resource." },
     circuit_open = { 503, "ServiceUnavailable", "Please reduce your request rate." },
+    -- signature verification (tollgate.s3.sigverify)
+    signature_mismatch = { 403, "SignatureDoesNotMatch", "The request signature we calculated "
+        .. "does not match the signature you provided. Check your key and signing method." },
+    request_expired = { 403, "AccessDenied", "Request has expired" },
+    request_not_yet_valid = { 403, "AccessDenied", "Request is not valid yet" },
+    time_skewed = { 403, "RequestTimeTooSkewed",
+        "The difference between the request time and the current time is too large." },
+    missing_date = { 403, "AccessDenied",
+        "AWS authentication requires a valid Date or x-amz-date header" },
+    authorization_malformed = { 400, "AuthorizationHeaderMalformed",
+        "The authorization header is malformed." },
+    presign_malformed = { 400, "AuthorizationQueryParametersError",
+        "Query-string authentication requires X-Amz-Algorithm, X-Amz-Credential, X-Amz-Signature, "
+        .. "X-Amz-Date, X-Amz-SignedHeaders and X-Amz-Expires, each once." },
+    signature_unverifiable = { 403, "AccessDenied", "Access Denied" },
 }
 local SLOWDOWN = "Please reduce your request rate."
 

@@ -217,8 +217,9 @@ export class AppDetailPage {
     return (await tags.allTextContents()).map((t) => t.trim())
   }
 
-  async addS3(kind: 'access-key' | 'bucket', value: string): Promise<void> {
+  async addS3(kind: 'access-key' | 'bucket', value: string, secret?: string): Promise<void> {
     await input(this.page, `${kind}-input`).fill(value)
+    if (secret !== undefined) await input(this.page, 'access-key-secret-input').fill(secret)
     await byTest(this.page, `${kind}-add`).click()
   }
 

@@ -2,7 +2,7 @@
 // rules match the API's.
 import { describe, expect, it } from 'vitest'
 import { json, mockFetch } from '@/testing/fetch'
-import { accessKeyProblem, bucketProblem } from '@/utils/s3ident'
+import { accessKeyProblem, bucketProblem, secretProblem } from '@/utils/s3ident'
 import * as s3 from './s3identity'
 
 describe('S3 identity API', () => {
@@ -17,6 +17,18 @@ describe('S3 identity API', () => {
       ['GET', '/api/v1/apps/a%20b/access-keys', undefined],
       ['POST', '/api/v1/apps/a%20b/access-keys', { access_key_id: 'k=1' }],
       ['DELETE', '/api/v1/apps/a%20b/access-keys/k%3D1%3F%23', undefined]])
+  })
+
+  it('sends a secret only when given, reads has_secret, and deletes a secret', async () => {
+    const f = mockFetch(json(201, { data: { app_id: 'a', access_key_id: 'k1', has_secret: true, written: true } }),
+      json(200, { data: [{ access_key_id: 'k1', has_secret: true }] }), { status: 204 })
+    await s3.addAccessKey('a', 'k1', 'wJalrXUtnFEMI/K7MDENG')
+    expect(await s3.accessKeyList('a')).toEqual([{ access_key_id: 'k1', has_secret: true }])
+    await s3.removeAccessKeySecret('a', 'k1/x')
+    expect(f.calls.map((c) => [c.method, c.url, c.body])).toEqual([
+      ['POST', '/api/v1/apps/a/access-keys', { access_key_id: 'k1', secret_access_key: 'wJalrXUtnFEMI/K7MDENG' }],
+      ['GET', '/api/v1/apps/a/access-keys', undefined],
+      ['DELETE', '/api/v1/apps/a/access-keys/k1%2Fx/secret', undefined]])
   })
 
   it('maps buckets to an app and reads an app’s buckets', async () => {
@@ -39,6 +51,11 @@ describe('S3 identity rules', () => {
   it('accepts AWS- and MinIO-style keys and refuses the rest', () => {
     for (const ok of ['AKIAIOSFODNN7EXAMPLE', 'minio-user_01.x~!', 'abc', 'A'.repeat(128)]) expect(accessKeyProblem(ok)).toBeNull()
     for (const bad of ['ab', 'A'.repeat(129), 'a b', 'a/b', 'a,b', 'abcé', 'tab\tkey']) expect(accessKeyProblem(bad)).not.toBeNull()
+  })
+
+  it('checks a secret access key as the API does', () => {
+    for (const ok of ['wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY', 'minio-secret-123']) expect(secretProblem(ok)).toBeNull()
+    for (const bad of ['short', 'x'.repeat(129), 'has a space in it', 'tab\there-long-enough']) expect(secretProblem(bad)).not.toBeNull()
   })
 
   it('follows S3’s bucket naming rules', () => {

@@ -2,7 +2,8 @@
 // anonymous requests to a bucket's owner (docs/s3-clients.md).
 import { http } from './http'
 
-export interface AccessKey { access_key_id: string }
+/** An access key id; has_secret: the gateways verify its signatures (the secret is never answered). */
+export interface AccessKey { access_key_id: string; has_secret: boolean }
 export interface BucketOwner { bucket: string; app_id: string }
 export interface IdentityChange { written: boolean; config_version?: number }
 
@@ -13,8 +14,21 @@ export async function accessKeys(appId: string): Promise<string[]> {
   return (await http.get<AccessKey[]>(`${appPath(appId)}/access-keys`)).map((k) => k.access_key_id)
 }
 
-export function addAccessKey(appId: string, key: string): Promise<IdentityChange> {
-  return http.post<IdentityChange>(`${appPath(appId)}/access-keys`, { access_key_id: key })
+/** The access keys of an app with whether each has a secret on file. */
+export function accessKeyList(appId: string): Promise<AccessKey[]> {
+  return http.get<AccessKey[]>(`${appPath(appId)}/access-keys`)
+}
+
+/** Give an app an access key; with a secret, the gateways verify the key's signatures. */
+export function addAccessKey(appId: string, key: string, secret?: string): Promise<IdentityChange> {
+  const body: Record<string, string> = { access_key_id: key }
+  if (secret) body.secret_access_key = secret
+  return http.post<IdentityChange>(`${appPath(appId)}/access-keys`, body)
+}
+
+/** Stop verifying a key's signatures at the gateways (its secret is deleted). */
+export async function removeAccessKeySecret(appId: string, key: string): Promise<void> {
+  await http.delete<unknown>(`${appPath(appId)}/access-keys/${encodeURIComponent(key)}/secret`)
 }
 
 export async function removeAccessKey(appId: string, key: string): Promise<void> {

@@ -10,6 +10,13 @@ export function accessKeyProblem(key: string): string | null {
   return null
 }
 
+/** A secret access key: 16–128 printable ASCII characters without whitespace (AWS's have 40). */
+export function secretProblem(secret: string): string | null {
+  if (secret.length < 16 || secret.length > 128) return 'A secret access key has 16 to 128 characters'
+  if (!/^[\x21-\x7e]+$/.test(secret)) return 'Printable ASCII characters only, no spaces'
+  return null
+}
+
 /** S3's bucket naming rules. */
 export function bucketProblem(b: string): string | null {
   if (b.length < 3 || b.length > 63) return 'A bucket name has 3 to 63 characters'

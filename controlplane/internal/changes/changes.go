@@ -44,6 +44,7 @@ type Store interface {
 	ClusterApps(ctx context.Context, cluster string) ([]string, error)
 	ConfigVersion(ctx context.Context) (int64, error)
 	Bump(ctx context.Context, write func(context.Context) error) (int64, error)
+	Serialize(ctx context.Context, fn func(context.Context) error) error
 
 	AccessKeys(ctx context.Context, app string) ([]string, error)
 	AddAccessKey(ctx context.Context, app, key string) (bool, int64, error)
@@ -154,6 +155,16 @@ func errorCode(err error) string {
 		return "invalid_bucket"
 	}
 	return "write_failed"
+}
+
+// serial runs fn under the config write lock (store.Serialize): the checks of a change, its
+// writes, its indexes and its version bump see no other writer. A dry run writes nothing and
+// takes no lock.
+func (s *Service) serial(ctx context.Context, dryRun bool, fn func(context.Context) error) error {
+	if dryRun {
+		return fn(ctx)
+	}
+	return s.o.Store.Serialize(ctx, fn)
 }
 
 // validated runs the validator and turns a rejection into *InvalidError.

@@ -23,7 +23,15 @@ type ClusterConnLimits struct {
 }
 
 // PutCluster validates and (unless dryRun) creates or updates a cluster's capacity and ratio.
-func (s *Service) PutCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (Outcome, error) {
+func (s *Service) PutCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.putCluster(ctx, actor, c, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) putCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (Outcome, error) {
 	res, err := s.validated(ctx, actor, validate.Change{Cluster: &c}, dryRun)
 	out := Outcome{Validation: res}
 	if err != nil || dryRun {
@@ -59,7 +67,15 @@ func (s *Service) ClusterConnections(ctx context.Context, cluster string) (*Clus
 }
 
 // PutAppConnections sets an app's connection limits (validated with the app, Req 20.6-7).
-func (s *Service) PutAppConnections(ctx context.Context, actor, id string, l validate.ConnLimits, dryRun bool) (Outcome, error) {
+func (s *Service) PutAppConnections(ctx context.Context, actor, id string, l validate.ConnLimits, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.putAppConnections(ctx, actor, id, l, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) putAppConnections(ctx context.Context, actor, id string, l validate.ConnLimits, dryRun bool) (Outcome, error) {
 	cur, err := s.GetApp(ctx, id)
 	if err != nil {
 		return Outcome{}, err
@@ -98,7 +114,15 @@ func connDiff(id string, old *validate.ConnLimits, l validate.ConnLimits) []vali
 
 // PutClusterConnections sets a cluster's connection limits: max_connections a positive integer
 // below 2^53, reserved_ratio in [0, 1), the cluster known.
-func (s *Service) PutClusterConnections(ctx context.Context, actor, cluster string, l ClusterConnLimits, dryRun bool) (Outcome, error) {
+func (s *Service) PutClusterConnections(ctx context.Context, actor, cluster string, l ClusterConnLimits, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.putClusterConnections(ctx, actor, cluster, l, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) putClusterConnections(ctx context.Context, actor, cluster string, l ClusterConnLimits, dryRun bool) (Outcome, error) {
 	res, err := s.checkClusterConn(ctx, cluster, l, dryRun)
 	if err != nil {
 		return Outcome{}, err

@@ -258,4 +258,27 @@ func TestConcurrentWrites(t *testing.T) {
 			t.Fatalf("puts of one new breaker: %d × 201, %d × 200", n, count(rs, 200))
 		}
 	})
+
+	t.Run("partial cluster updates", func(t *testing.T) {
+		ctx := context.Background()
+		race(func(i int) result {
+			if i%2 == 0 {
+				return f.call(t, "PUT", "/api/v1/clusters/"+cl, tok, map[string]any{"capacity": 200000 + i})
+			}
+			return f.call(t, "PUT", "/api/v1/clusters/"+cl, tok, map[string]any{"reserved_ratio": 0.05 + float64(i)/1000})
+		})
+		res := f.call(t, "GET", "/api/v1/clusters/"+cl, tok, nil)
+		l1, err := f.rdb.HMGet(ctx, keys.L1(cl), "capacity", "reserved_ratio").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		capa, ratio := fmt.Sprint(res.get("data", "capacity")), fmt.Sprint(res.get("data", "reserved_ratio"))
+		if capa != l1[0] || ratio != l1[1] {
+			t.Fatalf("the API shows capacity %s ratio %s, L1 holds %v", capa, ratio, l1)
+		}
+		// every writer set one field: a write that put back a field it had read stale shows
+		if n, _ := strconv.Atoi(capa); n < 200000 || ratio == "0.1" {
+			t.Fatalf("a partial update was lost: capacity %s, reserved_ratio %s", capa, ratio)
+		}
+	})
 }

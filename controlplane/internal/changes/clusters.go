@@ -22,6 +22,40 @@ type ClusterConnLimits struct {
 	ReservedRatio  float64 `json:"reserved_ratio"`
 }
 
+// ClusterFields are a cluster as the API receives it: fields left out keep their value.
+type ClusterFields struct {
+	Capacity      *int64
+	ReservedRatio *float64
+}
+
+// UpdateCluster creates or updates cluster id with the fields of f (a new cluster needs
+// capacity; its reserved_ratio defaults to defaultRatio): read, merged and written under the
+// config write lock, so that two partial updates never lose one another's field.
+func (s *Service) UpdateCluster(ctx context.Context, actor, id string, f ClusterFields, defaultRatio float64, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		cl, err := s.o.Store.GetCluster(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			cl, err = store.Cluster{ID: id, ReservedRatio: defaultRatio}, nil
+			if f.Capacity == nil {
+				err = &InvalidError{Result: validate.Result{DryRun: dryRun, Diff: []validate.DiffEntry{},
+					Violations: []validate.Violation{{Field: "capacity", Code: "required", Message: "capacity is required for a new cluster"}}}}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if f.Capacity != nil {
+			cl.Capacity = *f.Capacity
+		}
+		if f.ReservedRatio != nil {
+			cl.ReservedRatio = *f.ReservedRatio
+		}
+		out, err = s.putCluster(ctx, actor, cl, dryRun)
+		return err
+	})
+	return out, err
+}
+
 // PutCluster validates and (unless dryRun) creates or updates a cluster's capacity and ratio.
 func (s *Service) PutCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (out Outcome, err error) {
 	err = s.serial(ctx, dryRun, func(ctx context.Context) error {

@@ -129,7 +129,11 @@ func (s *Service) record(ctx context.Context, actor, action, resource string, ou
 		Outcome: outcome, Details: audit.Details(d)})
 }
 
-// errorCode is a fixed word for an error in the audit log (never the raw message).
+// ErrorCode is the fixed word for an error of the write path: the code the admin API answers
+// with (api.classify) and the audit log records (never the raw message) — one vocabulary,
+// listed in docs/config-contract.md.
+func ErrorCode(err error) string { return errorCode(err) }
+
 func errorCode(err error) string {
 	var fe *store.FieldError
 	switch {
@@ -142,7 +146,7 @@ func errorCode(err error) string {
 	case errors.Is(err, store.ErrClusterChange):
 		return "cluster_change"
 	case errors.Is(err, ErrExists):
-		return "exists"
+		return "already_exists"
 	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return "not_found"
 	case errors.Is(err, ErrUnknownApp):
@@ -150,9 +154,15 @@ func errorCode(err error) string {
 	case errors.Is(err, store.ErrAccessKeyInUse):
 		return "access_key_in_use"
 	case errors.Is(err, store.ErrInvalidAccessKey):
-		return "invalid_access_key"
+		return "invalid_access_key_id"
 	case errors.Is(err, store.ErrInvalidBucket):
 		return "invalid_bucket"
+	case errors.Is(err, store.ErrInvalidID):
+		return "invalid_id"
+	case errors.Is(err, store.ErrBusy):
+		return "config_busy"
+	case errors.Is(err, store.ErrStoreLost):
+		return "config_store_lost"
 	}
 	return "write_failed"
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -13,14 +12,8 @@ import (
 	"tollgate/internal/store"
 )
 
-const maxInt = 1 << 53
-
-// ClusterConnLimits are a cluster's connection limits (connlimit:{c}:cluster): the cluster-wide
-// maximum, and the share of it that apps' burst connections may not use.
-type ClusterConnLimits struct {
-	MaxConnections int64   `json:"max_connections"`
-	ReservedRatio  float64 `json:"reserved_ratio"`
-}
+// ClusterConnLimits are a cluster's connection limits (the config contract's type).
+type ClusterConnLimits = validate.ClusterConnLimits
 
 // ClusterFields are a cluster as the API receives it: fields left out keep their value.
 type ClusterFields struct {
@@ -191,14 +184,7 @@ func (s *Service) checkClusterConn(ctx context.Context, cluster string, l Cluste
 		return validate.Result{}, err
 	}
 	res := validate.Result{DryRun: dryRun, Violations: []validate.Violation{}, Diff: []validate.DiffEntry{}}
-	if l.MaxConnections <= 0 || l.MaxConnections >= maxInt {
-		res.Violations = append(res.Violations, validate.Violation{Field: "max_connections",
-			Code: "invalid_max_connections", Message: fmt.Sprintf("max_connections must be positive, got %d", l.MaxConnections)})
-	}
-	if r := l.ReservedRatio; math.IsNaN(r) || r < 0 || r >= 1 {
-		res.Violations = append(res.Violations, validate.Violation{Field: "reserved_ratio",
-			Code: "invalid_reserved_ratio", Message: fmt.Sprintf("reserved_ratio must be in [0, 1), got %v", r)})
-	}
+	res.Violations = append(res.Violations, validate.CheckClusterConnLimits(l)...)
 	res.Valid = len(res.Violations) == 0
 	p := "clusters[" + cluster + "].connections."
 	if old == nil {

@@ -48,7 +48,7 @@ func (w Writer) deleteApp(ctx context.Context, a App) error {
 // Plan checks doc against the store's current config cur: the violations of the document, and
 // of the change from cur (an app may not move to another cluster, a cluster may not go away).
 func Plan(cur, doc Document) []validate.Violation {
-	vs := Check(doc)
+	vs := check(doc, &cur)
 	inDoc := map[string]bool{}
 	for _, c := range doc.Clusters {
 		inDoc[c.ID] = true

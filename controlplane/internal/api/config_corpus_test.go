@@ -3,9 +3,9 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
-	"net/url"
 	"regexp"
 	"testing"
 )
@@ -144,4 +144,3 @@ func TestConfigContractCorpus(t *testing.T) {
 		}
 	}
 }
-

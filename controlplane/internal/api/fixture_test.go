@@ -121,7 +121,7 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 		MetricsToken: o.metricsToken, MaxBody: o.maxBody, PrometheusURL: o.promURL,
 		PrometheusTimeout: o.promTimeout, WSRecheck: o.wsRecheck,
 		ClientLimiter: clients, TrustedProxies: o.trustedProxies,
-		Writer:        durable.Writer{Reader: durable.Reader{Redis: f.rdb, Store: f.store}}})
+		Writer: durable.Writer{Reader: durable.Reader{Redis: f.rdb, Store: f.store}}})
 	if err != nil {
 		t.Fatal(err)
 	}

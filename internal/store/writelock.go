@@ -40,6 +40,10 @@ func newWriteLock() *writeLock {
 	return &writeLock{local: make(chan struct{}, 1), ttl: writeLockTTL, wait: writeLockWait}
 }
 
+// SetWriteLockWait sets how long a writer queues for the config write lock before ErrBusy
+// (default 10 s); before the store is used.
+func (s *Store) SetWriteLockWait(d time.Duration) { s.lock.wait = d }
+
 // Serialize runs fn holding the config write lock; a call within fn (its ctx holds the lock)
 // runs at once. fn's context is cancelled if the lock is lost (its renewal failed), so that
 // its remaining writes fail rather than interleave with the next holder's. ErrBusy when the

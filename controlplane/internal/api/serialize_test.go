@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"tollgate/internal/keys"
 )
@@ -281,4 +282,27 @@ func TestConcurrentWrites(t *testing.T) {
 			t.Fatalf("a partial update was lost: capacity %s, reserved_ratio %s", capa, ratio)
 		}
 	})
+}
+
+// TestConfigBusy: a write that waits longer than the lock's wait (another replica holds it) is
+// a 503 config_busy with Retry-After, and nothing is written.
+func TestConfigBusy(t *testing.T) {
+	f := newFixture(t)
+	tok := f.admin(t)
+	ctx := context.Background()
+	f.store.SetWriteLockWait(200 * time.Millisecond)
+	if err := f.rdb.Set(ctx, keys.ConfigWriteLock(), "another-replica", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r := f.call(t, "PUT", "/api/v1/clusters/busy", tok, map[string]any{"capacity": 1000})
+	if r.code != 503 || r.errCode() != "config_busy" || r.hdr.Get("Retry-After") == "" {
+		t.Fatalf("a write while another holds the lock: %d %v %s", r.code, r.hdr, r.raw)
+	}
+	if n, _ := f.rdb.Exists(ctx, keys.L1("busy")).Result(); n != 0 {
+		t.Fatal("the refused write was written")
+	}
+	f.rdb.Del(ctx, keys.ConfigWriteLock())
+	if r := f.call(t, "PUT", "/api/v1/clusters/busy", tok, map[string]any{"capacity": 1000}); r.code != 200 {
+		t.Fatalf("once the lock is free: %d %s", r.code, r.raw)
+	}
 }

@@ -1,0 +1,46 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"tollgate/internal/keys"
+	"tollgate/internal/testutil"
+)
+
+// TestSerializeHoldsTheConfigWriteLock: a write runs only while it holds
+// ratelimit:config:write_lock (another holder — another replica — keeps it waiting, and it gives
+// up with its context without running), a write inside a write runs at once, and the lock is
+// released when the write returns.
+func TestSerializeHoldsTheConfigWriteLock(t *testing.T) {
+	f := testutil.NewFixture(t)
+	if err := f.RDB.Set(f.Ctx, keys.ConfigWriteLock(), "another-replica", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.Ctx, 300*time.Millisecond)
+	ran := false
+	err := f.Store.Serialize(ctx, func(context.Context) error { ran = true; return nil })
+	cancel()
+	if ran || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with the lock held elsewhere: ran %v, err %v", ran, err)
+	}
+	if err := f.RDB.Del(f.Ctx, keys.ConfigWriteLock()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	inner := false
+	err = f.Store.Serialize(f.Ctx, func(ctx context.Context) error {
+		held, err := f.RDB.Get(ctx, keys.ConfigWriteLock()).Result()
+		if err != nil || held == "" || held == "another-replica" {
+			t.Errorf("inside the write the lock holds %q (%v)", held, err)
+		}
+		return f.Store.Serialize(ctx, func(context.Context) error { inner = true; return nil })
+	})
+	if err != nil || !inner {
+		t.Fatalf("a write inside a write: ran %v, err %v", inner, err)
+	}
+	if n, err := f.RDB.Exists(f.Ctx, keys.ConfigWriteLock()).Result(); err != nil || n != 0 {
+		t.Fatalf("the lock after the write: exists %d (%v)", n, err)
+	}
+}

@@ -3,10 +3,13 @@ package store_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"tollgate/internal/keys"
+	"tollgate/internal/scripts"
+	"tollgate/internal/store"
 	"tollgate/internal/testutil"
 )
 
@@ -42,5 +45,36 @@ func TestSerializeHoldsTheConfigWriteLock(t *testing.T) {
 	}
 	if n, err := f.RDB.Exists(f.Ctx, keys.ConfigWriteLock()).Result(); err != nil || n != 0 {
 		t.Fatalf("the lock after the write: exists %d (%v)", n, err)
+	}
+}
+
+// TestSerializeAcrossReplicas: two stores over one Redis (two control-plane replicas) never run
+// writes at once: 50 writers, half through each, each reading a counter and writing it back
+// one higher inside Serialize, leave it at 50 (a lost update would leave less).
+func TestSerializeAcrossReplicas(t *testing.T) {
+	f := testutil.NewFixture(t)
+	set, err := scripts.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := []*store.Store{f.Store, store.New(f.Redis.Client(), set)}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := replicas[i%2].Serialize(f.Ctx, func(ctx context.Context) error {
+				n, _ := f.RDB.Get(ctx, "race:counter").Int()
+				time.Sleep(time.Millisecond) // widen the window a lost update needs
+				return f.RDB.Set(ctx, "race:counter", n+1, 0).Err()
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n, err := f.RDB.Get(f.Ctx, "race:counter").Int(); err != nil || n != 50 {
+		t.Fatalf("counter %d (%v), want 50", n, err)
 	}
 }

@@ -50,7 +50,8 @@ func TestSerializeHoldsTheConfigWriteLock(t *testing.T) {
 
 // TestSerializeAcrossReplicas: two stores over one Redis (two control-plane replicas) never run
 // writes at once: 50 writers, half through each, each reading a counter and writing it back
-// one higher inside Serialize, leave it at 50 (a lost update would leave less).
+// one higher inside Serialize, leave it at 50 (a lost update would leave less); the lock,
+// handed between the writers of one replica, is released once they are done.
 func TestSerializeAcrossReplicas(t *testing.T) {
 	f := testutil.NewFixture(t)
 	set, err := scripts.New()
@@ -76,5 +77,9 @@ func TestSerializeAcrossReplicas(t *testing.T) {
 	wg.Wait()
 	if n, err := f.RDB.Get(f.Ctx, "race:counter").Int(); err != nil || n != 50 {
 		t.Fatalf("counter %d (%v), want 50", n, err)
+	}
+	// handed from writer to writer while they queued, released by the last
+	if n, err := f.RDB.Exists(f.Ctx, keys.ConfigWriteLock()).Result(); err != nil || n != 0 {
+		t.Fatalf("the lock after the writers: exists %d (%v)", n, err)
 	}
 }

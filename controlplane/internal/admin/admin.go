@@ -129,18 +129,18 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 }
 
 // reportViolations reads the stored config once at start and reports what of it the config
-// contract refuses (durable.Violations): a warning naming up to 20 fields, and the gauge
+// contract refuses, and any app whose L2 state is not what the API shows
+// (durable.StoredViolations): a warning naming up to 20 fields, and the gauge
 // tollgate_cp_config_violations. Such config stays editable; GET /api/v1/config/violations
 // lists it all.
 func reportViolations(ctx context.Context, log *slog.Logger, r durable.Reader, m *metrics.Metrics) {
-	doc, err := r.Export(ctx, false)
+	vs, doc, err := r.StoredViolations(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error("stored config not checked against the config contract", "err", err)
 		}
 		return
 	}
-	vs := durable.Violations(doc)
 	m.ConfigViolations(len(vs))
 	if len(vs) == 0 {
 		log.Info("stored config meets the config contract", "clusters", len(doc.Clusters), "apps", len(doc.Apps))

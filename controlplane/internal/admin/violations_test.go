@@ -14,8 +14,9 @@ import (
 )
 
 // TestStartReportsStoredViolations: at start, config stored before the contract (or by hand)
-// that the contract refuses is named in a warning and counted by tollgate_cp_config_violations;
-// a store that meets the contract is said to.
+// that the contract refuses (and an app whose L2 state is not what the API shows) is named in a
+// warning and counted by tollgate_cp_config_violations; a store that meets the contract is said
+// to.
 func TestStartReportsStoredViolations(t *testing.T) {
 	f := testutil.NewFixture(t)
 	if _, err := f.Store.PutCluster(f.Ctx, store.Cluster{ID: "c1", Capacity: 1000, ReservedRatio: 0.1}); err != nil {
@@ -46,7 +47,9 @@ func TestStartReportsStoredViolations(t *testing.T) {
 	if err := f.RDB.HSet(f.Ctx, keys.AppsIndex(), "a1", `{"app_id":"a1","cluster_id":"c1","guaranteed_quota":10,"burst_quota":10,"priority":7,"c_bw":1,"max_borrow":0,"enabled":true}`).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if out, n := report(); n != 1 || !strings.Contains(out, "level=WARN") || !strings.Contains(out, "apps[a1].priority:invalid_priority") {
+	// the index edited alone: refused by the contract, and not what the gateway enforces
+	if out, n := report(); n != 2 || !strings.Contains(out, "level=WARN") || !strings.Contains(out, "apps[a1].priority:invalid_priority") ||
+		!strings.Contains(out, "apps[a1].priority:l2_differs") {
 		t.Fatalf("a stored priority 7: %v %s", n, out)
 	}
 }

@@ -37,7 +37,8 @@ func TestOneAllocationCap(t *testing.T) {
 // app whose burst is below its guarantee, a cluster whose capacity was lowered under its apps'
 // guarantees) is listed by GET /config/violations and counted by tollgate_cp_config_violations;
 // it stays editable — a change that adds nothing to the excess is accepted (by the API and by
-// app_config), one that adds to it is refused, and one that fixes a defect clears it.
+// app_config), one that adds to it is refused, and one that fixes a defect clears it. An app
+// whose L2 state is not what the API shows is listed too, until it is written again.
 func TestStoredViolationsReportedAndEditable(t *testing.T) {
 	f := newFixture(t)
 	tok := f.admin(t)
@@ -64,12 +65,14 @@ func TestStoredViolationsReportedAndEditable(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.call(t, "GET", "/api/v1/config/violations", tok, nil)
-	if r.code != 200 || r.get("data", "count") != 2.0 ||
-		!listed(r, "clusters[c1].guaranteed_quota", "over_allocation") || !listed(r, "apps[a1].burst_quota", "burst_below_guaranteed") {
+	// (the index edited alone: the gateway still enforces a1's burst 400 — listed as drift)
+	if r.code != 200 || r.get("data", "count") != 3.0 ||
+		!listed(r, "clusters[c1].guaranteed_quota", "over_allocation") || !listed(r, "apps[a1].burst_quota", "burst_below_guaranteed") ||
+		!listed(r, "apps[a1].burst_quota", "l2_differs") {
 		t.Fatalf("violations: %d %s", r.code, r.raw)
 	}
-	if g := gauge(t, f, "tollgate_cp_config_violations"); g != 2 {
-		t.Fatalf("tollgate_cp_config_violations = %v, want 2", g)
+	if g := gauge(t, f, "tollgate_cp_config_violations"); g != 3 {
+		t.Fatalf("tollgate_cp_config_violations = %v, want 3", g)
 	}
 	// a2 lowered, still over the cap: accepted (nothing added to the excess)
 	must(f.call(t, "PUT", "/api/v1/apps/a2", tok, map[string]any{"guaranteed_quota": 300, "burst_quota": 300}))
@@ -81,7 +84,8 @@ func TestStoredViolationsReportedAndEditable(t *testing.T) {
 	// a1 fixed (burst back above its guarantee): accepted, and no longer listed
 	must(f.call(t, "PUT", "/api/v1/apps/a1", tok, map[string]any{"burst_quota": 500}))
 	r = f.call(t, "GET", "/api/v1/config/violations", tok, nil)
-	if r.get("data", "count") != 1.0 || listed(r, "apps[a1].burst_quota", "burst_below_guaranteed") {
+	if r.get("data", "count") != 1.0 || listed(r, "apps[a1].burst_quota", "burst_below_guaranteed") ||
+		listed(r, "apps[a1].burst_quota", "l2_differs") {
 		t.Fatalf("after the fix: %s", r.raw)
 	}
 	// the capacity raised (still under the guarantees, 700 > 540): accepted; back to 1000: clean
@@ -92,6 +96,19 @@ func TestStoredViolationsReportedAndEditable(t *testing.T) {
 	}
 	if g := gauge(t, f, "tollgate_cp_config_violations"); g != 0 {
 		t.Fatalf("tollgate_cp_config_violations = %v, want 0", g)
+	}
+	// what the gateway enforces changed by hand (or left by a control plane stopped between an
+	// app's script and its index write): listed, and repaired by writing the app again
+	if err := f.rdb.HSet(ctx, keys.L2("c1", "a2"), "priority", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	r = f.call(t, "GET", "/api/v1/config/violations", tok, nil)
+	if r.get("data", "count") != 1.0 || !listed(r, "apps[a2].priority", "l2_differs") {
+		t.Fatalf("an L2 changed by hand: %s", r.raw)
+	}
+	must(f.call(t, "PUT", "/api/v1/apps/a2", tok, map[string]any{}))
+	if r := f.call(t, "GET", "/api/v1/config/violations", tok, nil); r.get("data", "count") != 0.0 {
+		t.Fatalf("after the app is written again: %s", r.raw)
 	}
 }
 

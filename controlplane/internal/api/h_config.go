@@ -108,16 +108,16 @@ func (s *server) readDocument(c *gin.Context) (durable.Document, error) {
 }
 
 // configViolations: GET /config/violations — what of the stored config the config contract
-// refuses (durable.Violations; e.g. written before it, or by hand), named by id; it also sets
+// refuses (e.g. written before it, or by hand) and any app whose L2 state is not what the API
+// shows (durable.StoredViolations), named by id; it also sets
 // the gauge tollgate_cp_config_violations. Such config stays editable: a change that fixes it
 // is accepted.
 func (s *server) configViolations(c *gin.Context) {
-	doc, err := s.opts.Writer.Export(c.Request.Context(), false)
+	vs, _, err := s.opts.Writer.StoredViolations(c.Request.Context())
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	vs := durable.Violations(doc)
 	s.opts.Metrics.ConfigViolations(len(vs))
 	ok(c, http.StatusOK, gin.H{"count": len(vs), "violations": vs})
 }

@@ -26,8 +26,11 @@ local maxb = int_arg(ARGV[6], 0)
 if not g then
     return redis.error_reply('invalid_guaranteed_quota')
 end
-if not burst or burst < g then
+if not burst then
     return redis.error_reply('invalid_burst_quota')
+end
+if burst < g then
+    return redis.error_reply('burst_below_guaranteed')
 end
 if not prio or prio > 3 then
     return redis.error_reply('invalid_priority')
@@ -39,7 +42,9 @@ if not maxb then
     return redis.error_reply('invalid_max_borrow')
 end
 
--- Property 11: guaranteed quotas never exceed the non-reserved capacity of the cluster. The sum
+-- Property 11, the allocation cap of the config contract (docs/config-contract.md): guaranteed
+-- quotas never exceed (1 - reserved_ratio) x capacity — unless the cluster was over it already
+-- and this write does not raise the app's quota (an excess stored before stays editable). The sum
 -- of the others is the cluster's maintained `allocated` less this app's old quota (one ZSCORE,
 -- not a walk of the allocation set: writes stay O(1) in the number of apps; l1_reconcile
 -- recomputes the sum from the apps if it ever drifts).
@@ -54,7 +59,7 @@ if not allocated then -- a cluster hash from before the field was kept: sum once
     end
 end
 local others = allocated - old_g
-if others + g > math.floor(capacity * (1 - ratio) + 1e-6) then
+if others + g > math.floor(capacity * (1 - ratio) + 1e-6) and g > old_g then
     return redis.error_reply('over_allocation')
 end
 

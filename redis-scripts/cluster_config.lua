@@ -18,9 +18,16 @@ local z = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
 for i = 2, #z, 2 do
     allocated = allocated + tonumber(z[i])
 end
--- Property 11: guaranteed quotas never exceed the non-reserved capacity
-if allocated > math.floor(capacity * (1 - ratio) + 1e-6) then
-    return redis.error_reply('over_allocation')
+-- Property 11, the allocation cap of the config contract (docs/config-contract.md): guaranteed
+-- quotas never exceed (1 - reserved_ratio) x capacity — a cluster over it already (stored
+-- before) takes any change that does not lower its cap further
+local limit = math.floor(capacity * (1 - ratio) + 1e-6)
+if allocated > limit then
+    local old_cap = tonumber(redis.call('HGET', KEYS[1], 'capacity'))
+    local old_ratio = tonumber(redis.call('HGET', KEYS[1], 'reserved_ratio'))
+    if not old_cap or not old_ratio or limit < math.floor(old_cap * (1 - old_ratio) + 1e-6) then
+        return redis.error_reply('over_allocation')
+    end
 end
 local borrowed = tonumber(redis.call('HGET', KEYS[1], 'borrowed')) or 0
 local available = capacity - allocated - borrowed

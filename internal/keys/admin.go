@@ -43,3 +43,8 @@ func AdminUserSessions(user string) string { return adminPrefix + "user_sessions
 // AppBuckets is the set of the buckets an app owns in Buckets: read by the control plane only
 // (to list them and to remove them with their app), so not part of keys.golden.
 func AppBuckets(app string) string { return rlPrefix + "app_buckets:" + app }
+
+// ConfigWriteLock is the lock every config write of the control plane holds (a random token
+// with a TTL, taken and renewed by leader_claim, released by leader_release): the checks of a
+// change, its scripts, its indexes and its version bump run as one, whichever replica writes.
+func ConfigWriteLock() string { return rlPrefix + "config:write_lock" }

@@ -21,7 +21,7 @@ var (
 	// ErrClusterChange: an existing app cannot move to another cluster.
 	ErrClusterChange = errors.New("app belongs to another cluster")
 	// ErrOverAllocation: guaranteed quotas would exceed (1 - reserved_ratio) x capacity
-	// (Property 11); nothing was written.
+	// (Property 11, the contract's one cap; see docs/config-contract.md); nothing was written.
 	ErrOverAllocation = errors.New("guaranteed quotas exceed the cluster's allocatable capacity")
 )
 
@@ -57,6 +57,8 @@ func classifyScriptError(err error) error {
 		return ErrUnknownCluster
 	case code == "over_allocation":
 		return ErrOverAllocation
+	case code == "burst_below_guaranteed":
+		return &FieldError{Field: "burst_quota", Code: code}
 	case strings.HasPrefix(code, "invalid_") && !strings.ContainsAny(code, " :"):
 		return &FieldError{Field: strings.TrimPrefix(code, "invalid_"), Code: code}
 	default:

@@ -55,11 +55,12 @@ type Store struct {
 	scripts ScriptRunner
 	hooks   Hooks
 	surplus surplusWatch // index members beyond the apps: repaired when they persist (appfilter.go)
+	lock    *writeLock   // the config write lock (writelock.go)
 }
 
 // New returns a store using rdb and the script set.
 func New(rdb redis.Cmdable, scripts ScriptRunner) *Store {
-	return &Store{rdb: rdb, scripts: scripts}
+	return &Store{rdb: rdb, scripts: scripts, lock: newWriteLock()}
 }
 
 // KeepDebtorsSets gives every cluster's debtors set its placeholder member "" (as cluster_config

@@ -116,10 +116,42 @@ func Start(ctx context.Context, o Options) (*Admin, error) {
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ad := &Admin{Handler: h, cancel: cancel}
-	ad.wg.Add(2)
+	ad.wg.Add(3)
 	go func() { defer ad.wg.Done(); al.Run(bg) }()
 	go func() { defer ad.wg.Done(); lv.Run(bg) }()
+	go func() {
+		defer ad.wg.Done()
+		if lost, _ := storeLost(); !lost {
+			reportViolations(bg, log, durable.Reader{Redis: o.Redis, Store: o.Store}, m)
+		}
+	}()
 	return ad, nil
+}
+
+// reportViolations reads the stored config once at start and reports what of it the config
+// contract refuses, and any app whose L2 state is not what the API shows
+// (durable.StoredViolations): a warning naming up to 20 fields, and the gauge
+// tollgate_cp_config_violations. Such config stays editable; GET /api/v1/config/violations
+// lists it all.
+func reportViolations(ctx context.Context, log *slog.Logger, r durable.Reader, m *metrics.Metrics) {
+	vs, doc, err := r.StoredViolations(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("stored config not checked against the config contract", "err", err)
+		}
+		return
+	}
+	m.ConfigViolations(len(vs))
+	if len(vs) == 0 {
+		log.Info("stored config meets the config contract", "clusters", len(doc.Clusters), "apps", len(doc.Apps))
+		return
+	}
+	named := make([]string, 0, min(len(vs), 20))
+	for _, v := range vs[:min(len(vs), 20)] {
+		named = append(named, v.Field+":"+v.Code)
+	}
+	log.Warn("stored config the config contract refuses: it stays editable, and a change that fixes it is accepted (GET /api/v1/config/violations lists it all)",
+		"count", len(vs), "violations", named)
 }
 
 // Stop ends the background parts and flushes the audit buffer.

@@ -100,7 +100,7 @@ func TestAppChangesAreValidatedVersionedPublishedAndAudited(t *testing.T) {
 			wantViolation("clusters[default].guaranteed_quota", "over_allocation")},
 		{"unknown cluster", "POST", "/api/v1/apps", map[string]any{"app_id": "x5", "cluster_id": "nope",
 			"guaranteed_quota": 1, "burst_quota": 1, "priority": 2}, 400, "config_validation_failed",
-			wantViolation("clusters[nope]", "unknown_cluster")},
+			wantViolation("apps[x5].cluster_id", "unknown_cluster")},
 		{"create", "POST", "/api/v1/apps", app, 201, "", func(t *testing.T, res result) {
 			if res.get("data", "config_version") != float64(v0+1) || res.get("data", "resource", "max_connections") != 10.0 {
 				t.Fatalf("create: %s", res.raw)

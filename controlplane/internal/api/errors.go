@@ -92,6 +92,10 @@ func classify(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Code: "apply_failed", Message: msg,
 			Details: map[string]any{"rolled_back": aerr.RolledBack}}
 	}
+	if errors.Is(err, store.ErrBusy) {
+		return &Error{Status: http.StatusServiceUnavailable, Code: "config_busy",
+			Message: "another config write holds the lock; nothing was written, retry", RetryAfter: time.Second}
+	}
 	if e := classifySentinel(err); e != nil {
 		return e
 	}

@@ -18,6 +18,7 @@ import (
 	"tollgate/controlplane/internal/audit"
 	"tollgate/controlplane/internal/auth"
 	"tollgate/controlplane/internal/changes"
+	"tollgate/controlplane/internal/durable"
 	"tollgate/controlplane/internal/jobs/emergency"
 	"tollgate/controlplane/internal/live"
 	"tollgate/controlplane/internal/metrics"
@@ -119,7 +120,8 @@ func newFixtureWith(t testing.TB, o fixtureOptions) *fixture {
 		Ledger: led, Live: f.live, Metrics: f.metrics, CORSOrigins: o.origins,
 		MetricsToken: o.metricsToken, MaxBody: o.maxBody, PrometheusURL: o.promURL,
 		PrometheusTimeout: o.promTimeout, WSRecheck: o.wsRecheck,
-		ClientLimiter: clients, TrustedProxies: o.trustedProxies})
+		ClientLimiter: clients, TrustedProxies: o.trustedProxies,
+		Writer: durable.Writer{Reader: durable.Reader{Redis: f.rdb, Store: f.store}}})
 	if err != nil {
 		t.Fatal(err)
 	}

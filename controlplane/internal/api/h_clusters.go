@@ -110,26 +110,8 @@ func (s *server) putCluster(c *gin.Context) {
 		return
 	}
 	id, dry := w.id, w.dry
-	ctx := c.Request.Context()
-	cl, err := s.opts.Changes.GetCluster(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		cl, err = store.Cluster{ID: id, ReservedRatio: DefaultReservedRatio}, nil
-		if in.Capacity == nil {
-			err = &changes.InvalidError{Result: validate.Result{DryRun: dry, Diff: []validate.DiffEntry{},
-				Violations: []validate.Violation{{Field: "capacity", Code: "required", Message: "capacity is required for a new cluster"}}}}
-		}
-	}
-	if err != nil {
-		s.answerChange(c, changes.Outcome{}, err, false, nil)
-		return
-	}
-	if in.Capacity != nil {
-		cl.Capacity = *in.Capacity
-	}
-	if in.ReservedRatio != nil {
-		cl.ReservedRatio = *in.ReservedRatio
-	}
-	out, err := s.opts.Changes.PutCluster(ctx, w.actor, cl, dry)
+	f := changes.ClusterFields{Capacity: in.Capacity, ReservedRatio: in.ReservedRatio}
+	out, err := s.opts.Changes.UpdateCluster(c.Request.Context(), w.actor, id, f, DefaultReservedRatio, dry)
 	s.answerChange(c, out, err, false, func() (any, error) { return s.clusterView(c, id) })
 }
 

@@ -107,6 +107,21 @@ func (s *server) readDocument(c *gin.Context) (durable.Document, error) {
 	return durable.Decode(body)
 }
 
+// configViolations: GET /config/violations — what of the stored config the config contract
+// refuses (e.g. written before it, or by hand) and any app whose L2 state is not what the API
+// shows (durable.StoredViolations), named by id; it also sets
+// the gauge tollgate_cp_config_violations. Such config stays editable: a change that fixes it
+// is accepted.
+func (s *server) configViolations(c *gin.Context) {
+	vs, _, err := s.opts.Writer.StoredViolations(c.Request.Context())
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	s.opts.Metrics.ConfigViolations(len(vs))
+	ok(c, http.StatusOK, gin.H{"count": len(vs), "violations": vs})
+}
+
 // importConfig makes the config what the document says: a dry run (the diff and the
 // violations) unless ?apply=true; applied as a whole or not at all; audited either way.
 func (s *server) importConfig(c *gin.Context) {

@@ -51,12 +51,14 @@ func principalOf(c *gin.Context) (principal, bool) {
 type Metrics interface {
 	ObserveHTTP(route, method string, status int, d time.Duration)
 	Handler() http.Handler
+	ConfigViolations(n int) // stored config the config contract refuses (GET /config/violations)
 }
 
 type noMetrics struct{}
 
 func (noMetrics) ObserveHTTP(string, string, int, time.Duration) {}
 func (noMetrics) Handler() http.Handler                          { return http.NotFoundHandler() }
+func (noMetrics) ConfigViolations(int)                           {}
 
 func (s *server) recover(c *gin.Context) {
 	defer func() {

@@ -116,6 +116,7 @@ func (s *server) table() []route {
 
 		{get, v1 + "/config/store", viewer, s.configStore},
 		{get, v1 + "/config/export", operator, s.exportConfig},
+		{get, v1 + "/config/violations", viewer, s.configViolations},
 		{post, v1 + "/config/import", admin, s.importConfig},
 		{get, v1 + "/config/backups", admin, s.listBackups},
 		{post, v1 + "/config/restore", admin, s.restoreConfig},

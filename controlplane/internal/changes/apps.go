@@ -107,7 +107,15 @@ func connLimits(v []any) *validate.ConnLimits {
 }
 
 // CreateApp validates and (unless dryRun) creates an app; ErrExists when the id is taken.
-func (s *Service) CreateApp(ctx context.Context, actor string, f AppFields, dryRun bool) (Outcome, error) {
+func (s *Service) CreateApp(ctx context.Context, actor string, f AppFields, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.createApp(ctx, actor, f, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) createApp(ctx context.Context, actor string, f AppFields, dryRun bool) (Outcome, error) {
 	a, missing := newApp(f)
 	if len(missing) > 0 {
 		return s.rejectFields(ctx, actor, validate.Change{Apps: []validate.App{a}}, missing, dryRun)
@@ -125,7 +133,15 @@ func (s *Service) CreateApp(ctx context.Context, actor string, f AppFields, dryR
 }
 
 // UpdateApp merges f into app id, validates and (unless dryRun) writes it.
-func (s *Service) UpdateApp(ctx context.Context, actor, id string, f AppFields, dryRun bool) (Outcome, error) {
+func (s *Service) UpdateApp(ctx context.Context, actor, id string, f AppFields, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.updateApp(ctx, actor, id, f, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) updateApp(ctx context.Context, actor, id string, f AppFields, dryRun bool) (Outcome, error) {
 	cur, err := s.GetApp(ctx, id)
 	if err != nil {
 		return Outcome{}, err
@@ -195,7 +211,15 @@ func (s *Service) restoreConn(ctx context.Context, cluster, app string, old []an
 // answer unknown_app from the next notice on), then its allocation leaves L1 and its L2 bucket is
 // deleted by app_remove (the app's quota and debt subtracted from the cluster's maintained sums:
 // no read of the cluster's other apps), then its lease, stats and connection keys.
-func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) (Outcome, error) {
+func (s *Service) DeleteApp(ctx context.Context, actor, id string, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.deleteApp(ctx, actor, id, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) deleteApp(ctx context.Context, actor, id string, dryRun bool) (Outcome, error) {
 	cur, err := s.GetApp(ctx, id)
 	if err != nil {
 		return Outcome{}, err

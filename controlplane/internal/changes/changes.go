@@ -45,6 +45,7 @@ type Store interface {
 	ClusterApps(ctx context.Context, cluster string) ([]string, error)
 	ConfigVersion(ctx context.Context) (int64, error)
 	Bump(ctx context.Context, write func(context.Context) error) (int64, error)
+	Serialize(ctx context.Context, fn func(context.Context) error) error
 
 	AccessKeys(ctx context.Context, app string) ([]string, error)
 	AddAccessKey(ctx context.Context, app, key string) (bool, int64, error)
@@ -130,7 +131,11 @@ func (s *Service) record(ctx context.Context, actor, action, resource string, ou
 		Outcome: outcome, Details: audit.Details(d)})
 }
 
-// errorCode is a fixed word for an error in the audit log (never the raw message).
+// ErrorCode is the fixed word for an error of the write path: the code the admin API answers
+// with (api.classify) and the audit log records (never the raw message) — one vocabulary,
+// listed in docs/config-contract.md.
+func ErrorCode(err error) string { return errorCode(err) }
+
 func errorCode(err error) string {
 	var fe *store.FieldError
 	switch {
@@ -143,7 +148,7 @@ func errorCode(err error) string {
 	case errors.Is(err, store.ErrClusterChange):
 		return "cluster_change"
 	case errors.Is(err, ErrExists):
-		return "exists"
+		return "already_exists"
 	case errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
 		return "not_found"
 	case errors.Is(err, ErrUnknownApp):
@@ -151,15 +156,31 @@ func errorCode(err error) string {
 	case errors.Is(err, store.ErrAccessKeyInUse):
 		return "access_key_in_use"
 	case errors.Is(err, store.ErrInvalidAccessKey):
-		return "invalid_access_key"
+		return "invalid_access_key_id"
 	case errors.Is(err, store.ErrInvalidBucket):
 		return "invalid_bucket"
 	case errors.Is(err, ErrSecretsDisabled):
 		return "secrets_key_not_configured"
 	case errors.Is(err, ErrInvalidSecret):
 		return "invalid_secret"
+	case errors.Is(err, store.ErrInvalidID):
+		return "invalid_id"
+	case errors.Is(err, store.ErrBusy):
+		return "config_busy"
+	case errors.Is(err, store.ErrStoreLost):
+		return "config_store_lost"
 	}
 	return "write_failed"
+}
+
+// serial runs fn under the config write lock (store.Serialize): the checks of a change, its
+// writes, its indexes and its version bump see no other writer. A dry run writes nothing and
+// takes no lock.
+func (s *Service) serial(ctx context.Context, dryRun bool, fn func(context.Context) error) error {
+	if dryRun {
+		return fn(ctx)
+	}
+	return s.o.Store.Serialize(ctx, fn)
 }
 
 // validated runs the validator and turns a rejection into *InvalidError.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -13,17 +12,53 @@ import (
 	"tollgate/internal/store"
 )
 
-const maxInt = 1 << 53
+// ClusterConnLimits are a cluster's connection limits (the config contract's type).
+type ClusterConnLimits = validate.ClusterConnLimits
 
-// ClusterConnLimits are a cluster's connection limits (connlimit:{c}:cluster): the cluster-wide
-// maximum, and the share of it that apps' burst connections may not use.
-type ClusterConnLimits struct {
-	MaxConnections int64   `json:"max_connections"`
-	ReservedRatio  float64 `json:"reserved_ratio"`
+// ClusterFields are a cluster as the API receives it: fields left out keep their value.
+type ClusterFields struct {
+	Capacity      *int64
+	ReservedRatio *float64
+}
+
+// UpdateCluster creates or updates cluster id with the fields of f (a new cluster needs
+// capacity; its reserved_ratio defaults to defaultRatio): read, merged and written under the
+// config write lock, so that two partial updates never lose one another's field.
+func (s *Service) UpdateCluster(ctx context.Context, actor, id string, f ClusterFields, defaultRatio float64, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		cl, err := s.o.Store.GetCluster(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			cl, err = store.Cluster{ID: id, ReservedRatio: defaultRatio}, nil
+			if f.Capacity == nil {
+				err = &InvalidError{Result: validate.Result{DryRun: dryRun, Diff: []validate.DiffEntry{},
+					Violations: []validate.Violation{{Field: "capacity", Code: "required", Message: "capacity is required for a new cluster"}}}}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if f.Capacity != nil {
+			cl.Capacity = *f.Capacity
+		}
+		if f.ReservedRatio != nil {
+			cl.ReservedRatio = *f.ReservedRatio
+		}
+		out, err = s.putCluster(ctx, actor, cl, dryRun)
+		return err
+	})
+	return out, err
 }
 
 // PutCluster validates and (unless dryRun) creates or updates a cluster's capacity and ratio.
-func (s *Service) PutCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (Outcome, error) {
+func (s *Service) PutCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.putCluster(ctx, actor, c, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) putCluster(ctx context.Context, actor string, c store.Cluster, dryRun bool) (Outcome, error) {
 	res, err := s.validated(ctx, actor, validate.Change{Cluster: &c}, dryRun)
 	out := Outcome{Validation: res}
 	if err != nil || dryRun {
@@ -59,7 +94,15 @@ func (s *Service) ClusterConnections(ctx context.Context, cluster string) (*Clus
 }
 
 // PutAppConnections sets an app's connection limits (validated with the app, Req 20.6-7).
-func (s *Service) PutAppConnections(ctx context.Context, actor, id string, l validate.ConnLimits, dryRun bool) (Outcome, error) {
+func (s *Service) PutAppConnections(ctx context.Context, actor, id string, l validate.ConnLimits, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.putAppConnections(ctx, actor, id, l, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) putAppConnections(ctx context.Context, actor, id string, l validate.ConnLimits, dryRun bool) (Outcome, error) {
 	cur, err := s.GetApp(ctx, id)
 	if err != nil {
 		return Outcome{}, err
@@ -98,7 +141,15 @@ func connDiff(id string, old *validate.ConnLimits, l validate.ConnLimits) []vali
 
 // PutClusterConnections sets a cluster's connection limits: max_connections a positive integer
 // below 2^53, reserved_ratio in [0, 1), the cluster known.
-func (s *Service) PutClusterConnections(ctx context.Context, actor, cluster string, l ClusterConnLimits, dryRun bool) (Outcome, error) {
+func (s *Service) PutClusterConnections(ctx context.Context, actor, cluster string, l ClusterConnLimits, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.putClusterConnections(ctx, actor, cluster, l, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) putClusterConnections(ctx context.Context, actor, cluster string, l ClusterConnLimits, dryRun bool) (Outcome, error) {
 	res, err := s.checkClusterConn(ctx, cluster, l, dryRun)
 	if err != nil {
 		return Outcome{}, err
@@ -133,14 +184,7 @@ func (s *Service) checkClusterConn(ctx context.Context, cluster string, l Cluste
 		return validate.Result{}, err
 	}
 	res := validate.Result{DryRun: dryRun, Violations: []validate.Violation{}, Diff: []validate.DiffEntry{}}
-	if l.MaxConnections <= 0 || l.MaxConnections >= maxInt {
-		res.Violations = append(res.Violations, validate.Violation{Field: "max_connections",
-			Code: "invalid_max_connections", Message: fmt.Sprintf("max_connections must be positive, got %d", l.MaxConnections)})
-	}
-	if r := l.ReservedRatio; math.IsNaN(r) || r < 0 || r >= 1 {
-		res.Violations = append(res.Violations, validate.Violation{Field: "reserved_ratio",
-			Code: "invalid_reserved_ratio", Message: fmt.Sprintf("reserved_ratio must be in [0, 1), got %v", r)})
-	}
+	res.Violations = append(res.Violations, validate.CheckClusterConnLimits(l)...)
 	res.Valid = len(res.Violations) == 0
 	p := "clusters[" + cluster + "].connections."
 	if old == nil {

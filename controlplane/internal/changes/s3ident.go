@@ -26,7 +26,12 @@ func (s *Service) AddAccessKey(ctx context.Context, actor, app, key string) (boo
 	if !store.ValidAccessKey(key) {
 		return false, IdentityChange{}, store.ErrInvalidAccessKey // not audited: never a key
 	}
-	created, v, err := s.o.Store.AddAccessKey(ctx, app, key)
+	var created bool
+	var v int64
+	err := s.o.Store.Serialize(ctx, func(ctx context.Context) (err error) {
+		created, v, err = s.o.Store.AddAccessKey(ctx, app, key)
+		return err
+	})
 	err = notFound(err)
 	out := IdentityChange{Written: created, Version: v}
 	if created || err != nil {
@@ -41,7 +46,11 @@ func (s *Service) RemoveAccessKey(ctx context.Context, actor, app, key string) (
 	if !store.ValidAccessKey(key) {
 		return IdentityChange{}, store.ErrInvalidAccessKey
 	}
-	v, err := s.o.Store.RemoveAccessKey(ctx, app, key)
+	var v int64
+	err := s.o.Store.Serialize(ctx, func(ctx context.Context) (err error) {
+		v, err = s.o.Store.RemoveAccessKey(ctx, app, key)
+		return err
+	})
 	err = notFound(err)
 	s.recordIdentity(ctx, actor, "app.access_key.remove", "app/"+app+"/access-keys/"+key,
 		map[string]any{"app_id": app, "access_key_id": key}, v, err)
@@ -71,7 +80,12 @@ func (s *Service) PutBucket(ctx context.Context, actor, bucket, app string) (boo
 	if !store.ValidBucket(bucket) {
 		return false, IdentityChange{}, store.ErrInvalidBucket
 	}
-	old, v, err := s.o.Store.PutBucket(ctx, bucket, app)
+	var old string
+	var v int64
+	err := s.o.Store.Serialize(ctx, func(ctx context.Context) (err error) {
+		old, v, err = s.o.Store.PutBucket(ctx, bucket, app)
+		return err
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		err = ErrUnknownApp
 	}
@@ -88,7 +102,12 @@ func (s *Service) DeleteBucket(ctx context.Context, actor, bucket string) (Ident
 	if !store.ValidBucket(bucket) {
 		return IdentityChange{}, store.ErrInvalidBucket
 	}
-	old, v, err := s.o.Store.DeleteBucket(ctx, bucket)
+	var old string
+	var v int64
+	err := s.o.Store.Serialize(ctx, func(ctx context.Context) (err error) {
+		old, v, err = s.o.Store.DeleteBucket(ctx, bucket)
+		return err
+	})
 	err = notFound(err)
 	s.recordIdentity(ctx, actor, "bucket.delete", "bucket/"+bucket,
 		map[string]any{"bucket": bucket, "old_app_id": old}, v, err)

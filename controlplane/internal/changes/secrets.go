@@ -72,7 +72,11 @@ func (s *Service) SetAccessKeySecret(ctx context.Context, actor, app, key, secre
 	if err != nil {
 		return IdentityChange{}, err
 	}
-	v, err := ss.SetAccessKeySecret(ctx, app, key, sealed)
+	var v int64
+	err = s.o.Store.Serialize(ctx, func(ctx context.Context) (err error) {
+		v, err = ss.SetAccessKeySecret(ctx, app, key, sealed)
+		return err
+	})
 	err = notFound(err)
 	s.recordIdentity(ctx, actor, "app.access_key.secret_set", "app/"+app+"/access-keys/"+key,
 		map[string]any{"app_id": app, "access_key_id": key, "key_id": s.o.Secrets.CurrentID()}, v, err)
@@ -89,7 +93,11 @@ func (s *Service) DeleteAccessKeySecret(ctx context.Context, actor, app, key str
 	if err != nil {
 		return IdentityChange{}, err
 	}
-	v, err := ss.DeleteAccessKeySecret(ctx, app, key)
+	var v int64
+	err = s.o.Store.Serialize(ctx, func(ctx context.Context) (err error) {
+		v, err = ss.DeleteAccessKeySecret(ctx, app, key)
+		return err
+	})
 	err = notFound(err)
 	s.recordIdentity(ctx, actor, "app.access_key.secret_delete", "app/"+app+"/access-keys/"+key,
 		map[string]any{"app_id": app, "access_key_id": key}, v, err)

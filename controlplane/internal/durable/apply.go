@@ -48,7 +48,7 @@ func (w Writer) deleteApp(ctx context.Context, a App) error {
 // Plan checks doc against the store's current config cur: the violations of the document, and
 // of the change from cur (an app may not move to another cluster, a cluster may not go away).
 func Plan(cur, doc Document) []validate.Violation {
-	vs := Check(doc)
+	vs := check(doc, &cur)
 	inDoc := map[string]bool{}
 	for _, c := range doc.Clusters {
 		inDoc[c.ID] = true
@@ -72,9 +72,25 @@ func Plan(cur, doc Document) []validate.Violation {
 	return vs
 }
 
-// Apply makes the store hold doc, given that it holds cur now: the document is checked first
-// (an InvalidError writes nothing); a write that fails puts cur back before returning the error.
+// Apply makes the store hold doc: under the config write lock (store.Serialize) the store's
+// config is read again (cur is what the caller showed: it chose whether the users are part of
+// it) and the document checked against it (an InvalidError writes nothing); a write that fails
+// puts that config back before returning the error. No other config write interleaves.
 func (w Writer) Apply(ctx context.Context, cur, doc Document) error {
+	withUsers := cur.Users != nil
+	return w.Store.Serialize(ctx, func(ctx context.Context) error {
+		now, err := w.Export(ctx, withUsers)
+		if err != nil {
+			return err
+		}
+		if !withUsers {
+			now.Users, now.JWTSecret = nil, ""
+		}
+		return w.applyLocked(ctx, now, doc)
+	})
+}
+
+func (w Writer) applyLocked(ctx context.Context, cur, doc Document) error {
 	if vs := Plan(cur, doc); len(vs) > 0 {
 		return &InvalidError{Violations: vs}
 	}

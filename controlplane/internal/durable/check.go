@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
+	"sort"
 	"strings"
 
 	"tollgate/controlplane/internal/auth"
@@ -17,32 +17,34 @@ import (
 	"tollgate/internal/store"
 )
 
-// Check returns every violation of the document as a whole; empty when it can be applied.
-func Check(d Document) []validate.Violation {
+// Check returns every violation of the document as a whole; empty when it can be applied to
+// an empty store. The clusters, apps and connection limits are checked by the config contract
+// (validate.CheckCluster, CheckApp, CheckClusterConnLimits, CheckAllocation), as the admin
+// API checks them.
+func Check(d Document) []validate.Violation { return check(d, nil) }
+
+// check is Check against the store's current config cur (nil: an empty store): a cluster over
+// its allocation cap in cur may stay so as long as the document does not add to the excess.
+func check(d Document, cur *Document) []validate.Violation {
 	vs := []validate.Violation{}
 	add := func(field, code, format string, a ...any) {
 		vs = append(vs, validate.Violation{Field: field, Code: code, Message: fmt.Sprintf(format, a...)})
 	}
 	clusters := map[string]Cluster{}
 	for i, c := range d.Clusters {
-		f := fmt.Sprintf("clusters[%d]", i)
-		switch {
-		case !keys.ValidID(c.ID):
-			add(f+".id", "invalid_id", "cluster id must match ^[A-Za-z0-9_-]{1,128}$")
+		f := fmt.Sprintf("clusters[%d].", i)
+		cvs := validate.CheckCluster(store.Cluster{ID: c.ID, Capacity: c.Capacity, ReservedRatio: c.ReservedRatio})
+		if !keys.ValidID(c.ID) {
+			vs = append(vs, validate.Prefixed(f, cvs)...)
 			continue
-		case clusters[c.ID].ID != "":
-			add(f+".id", "duplicate", "cluster %s listed twice", c.ID)
+		}
+		if clusters[c.ID].ID != "" {
+			add(f+"id", "duplicate", "cluster %s listed twice", c.ID)
 		}
 		clusters[c.ID] = c
-		if c.Capacity < 1 || c.Capacity >= 1<<53 {
-			add(f+".capacity", "invalid_capacity", "capacity must be a positive integer below 2^53")
-		}
-		if !(c.ReservedRatio >= 0 && c.ReservedRatio < 1) {
-			add(f+".reserved_ratio", "invalid_reserved_ratio", "reserved_ratio must be in [0, 1)")
-		}
-		if cc := c.Connections; cc != nil && (cc.MaxConnections < 1 || cc.MaxConnections >= 1<<53 ||
-			!(cc.ReservedRatio >= 0 && cc.ReservedRatio < 1)) {
-			add(f+".connections", "invalid_connections", "max_connections must be positive, reserved_ratio in [0, 1)")
+		vs = append(vs, validate.Prefixed(f, cvs)...)
+		if cc := c.Connections; cc != nil {
+			vs = append(vs, validate.Prefixed(f+"connections.", validate.CheckClusterConnLimits(*cc))...)
 		}
 	}
 	apps := map[string]bool{}
@@ -50,42 +52,22 @@ func Check(d Document) []validate.Violation {
 	keyOwner, bucketOwner := map[string]string{}, map[string]string{}
 	for i, a := range d.Apps {
 		f := fmt.Sprintf("apps[%d]", i)
+		vs = append(vs, validate.Prefixed(f+".", validate.CheckApp(validate.App{App: a.App, Connections: a.Connections}))...)
 		if !keys.ValidID(a.AppID) {
-			add(f+".app_id", "invalid_id", "app id must match ^[A-Za-z0-9_-]{1,128}$")
 			continue
 		}
 		if apps[a.AppID] {
 			add(f+".app_id", "duplicate", "app %s listed twice", a.AppID)
 		}
 		apps[a.AppID] = true
-		if _, ok := clusters[a.ClusterID]; !ok {
+		if _, ok := clusters[a.ClusterID]; !ok && keys.ValidID(a.ClusterID) {
 			add(f+".cluster_id", "unknown_cluster", "app %s: cluster %q is not in the document", a.AppID, a.ClusterID)
-		}
-		const max = 1 << 53
-		switch {
-		case a.GuaranteedQuota < 1 || a.GuaranteedQuota >= max:
-			add(f+".guaranteed_quota", "invalid_guaranteed_quota", "guaranteed_quota must be a positive integer")
-		case a.BurstQuota < a.GuaranteedQuota || a.BurstQuota >= max:
-			add(f+".burst_quota", "burst_below_guaranteed", "burst_quota must be at least guaranteed_quota")
-		}
-		if a.Priority < 0 || a.Priority > 3 {
-			add(f+".priority", "invalid_priority", "priority must be 0 to 3")
-		}
-		if a.CBw < 0 || a.CBw >= max {
-			add(f+".c_bw", "invalid_c_bw", "c_bw must be a non-negative integer")
-		}
-		if a.MaxBorrow < 0 || a.MaxBorrow >= max {
-			add(f+".max_borrow", "invalid_max_borrow", "max_borrow must be a non-negative integer")
-		}
-		if l := a.Connections; l != nil && (l.MaxConnections < 1 || l.BurstConnections < l.MaxConnections ||
-			l.BurstConnections >= max) {
-			add(f+".connections", "invalid_connections", "max_connections must be positive and burst_connections at least it")
 		}
 		guaranteed[a.ClusterID] += a.GuaranteedQuota
 		for j, k := range a.AccessKeys {
 			switch {
 			case !store.ValidAccessKey(k):
-				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "invalid_access_key", "not an access key id")
+				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "invalid_access_key_id", "not an access key id")
 			case keyOwner[k] != "":
 				add(fmt.Sprintf("%s.access_keys[%d]", f, j), "duplicate", "access key %s listed for %s and %s", k, keyOwner[k], a.AppID)
 			}
@@ -111,11 +93,33 @@ func Check(d Document) []validate.Violation {
 			bucketOwner[b] = a.AppID
 		}
 	}
-	for id, g := range guaranteed {
+	before, beforeCap := map[string]int64{}, map[string]int64{}
+	if cur != nil {
+		for _, c := range cur.Clusters {
+			beforeCap[c.ID] = validate.Allocatable(c.Capacity, c.ReservedRatio)
+		}
+		for _, a := range cur.Apps {
+			before[a.ClusterID] += a.GuaranteedQuota
+		}
+	}
+	ids := make([]string, 0, len(guaranteed))
+	for id := range guaranteed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
 		c, ok := clusters[id]
-		if ok && float64(g) > math.Floor(float64(c.Capacity)*(1-c.ReservedRatio)+1e-6) {
-			add("clusters["+id+"]", "over_allocation",
-				"cluster %s: the apps' guaranteed quotas (%d) exceed its non-reserved capacity", id, g)
+		if !ok {
+			continue
+		}
+		sc := store.Cluster{ID: c.ID, Capacity: c.Capacity, ReservedRatio: c.ReservedRatio}
+		bc, had := beforeCap[id]
+		if !had {
+			bc = validate.Allocatable(c.Capacity, c.ReservedRatio)
+		}
+		if v := validate.CheckAllocation(sc, before[id], guaranteed[id], bc); v != nil {
+			v.Field = "clusters[" + id + "]." + v.Field
+			vs = append(vs, *v)
 		}
 	}
 	known := func(id string) bool { return apps[id] }

@@ -40,10 +40,7 @@ type Cluster struct {
 }
 
 // ClusterConn are a cluster's connection limits.
-type ClusterConn struct {
-	MaxConnections int64   `json:"max_connections"`
-	ReservedRatio  float64 `json:"reserved_ratio"`
-}
+type ClusterConn = validate.ClusterConnLimits
 
 // App is an app (L2) with its connection limits (nil: the gateway defaults), its S3 access key
 // ids and the buckets mapped to it (ratelimit:access_keys, ratelimit:buckets).

@@ -459,7 +459,20 @@ var ErrNotEmpty = errors.New("the config store holds config and is not lost: res
 // a restore may go into a lost store), then the store gets the epoch this control plane knew
 // (or epoch, or a new one) and a version above every version seen, which gateways accept as
 // the store they knew. Returns the diff against the store's current config.
-func (g *Guard) Restore(ctx context.Context, w Writer, doc Document, epoch string, version int64, dryRun bool) ([]validate.DiffEntry, error) {
+func (g *Guard) Restore(ctx context.Context, w Writer, doc Document, epoch string, version int64, dryRun bool) (d []validate.DiffEntry, err error) {
+	if dryRun {
+		return g.restore(ctx, w, doc, epoch, version, dryRun)
+	}
+	// under the config write lock: no write comes between the check that the store is empty
+	// (or lost) and the restore
+	err = w.Store.Serialize(ctx, func(ctx context.Context) error {
+		d, err = g.restore(ctx, w, doc, epoch, version, dryRun)
+		return err
+	})
+	return d, err
+}
+
+func (g *Guard) restore(ctx context.Context, w Writer, doc Document, epoch string, version int64, dryRun bool) ([]validate.DiffEntry, error) {
 	cur, err := w.Export(ctx, true)
 	if err != nil {
 		return nil, err

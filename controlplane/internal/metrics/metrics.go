@@ -33,6 +33,7 @@ type Metrics struct {
 	auditEntries *prometheus.CounterVec
 	collections  *prometheus.CounterVec
 	redisLatency prometheus.Histogram
+	violations   prometheus.Gauge
 }
 
 // New registers every collector on a new registry.
@@ -52,12 +53,14 @@ func New(o Options) *Metrics {
 	m.redisLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_cp_redis_latency_seconds",
 		Help:    "Round trip of the control plane's PING to Redis, once per collection.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}})
+	m.violations = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_cp_config_violations",
+		Help: "Stored config values the config contract refuses (docs/config-contract.md), counted at start and by GET /api/v1/config/violations."})
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_build_info",
 		Help: "Always 1: the version of this build (internal/version), by component."},
 		[]string{"version", "component"})
 	buildInfo.WithLabelValues(version.Version, "controlplane").Set(1)
 	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.auditEntries, m.collections, m.redisLatency,
-		buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.violations, buildInfo, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if o.AuditDropped != nil {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_cp_audit_dropped_total",
 			Help: "Access audit entries dropped because the writer fell behind or Redis failed."},
@@ -75,6 +78,9 @@ func New(o Options) *Metrics {
 	}
 	return m
 }
+
+// ConfigViolations sets how many stored config values the config contract refuses.
+func (m *Metrics) ConfigViolations(n int) { m.violations.Set(float64(n)) }
 
 // Registry is the registry (tests gather from it).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

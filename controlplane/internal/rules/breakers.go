@@ -105,6 +105,14 @@ func decodeBreaker(name, doc string) (Breaker, error) {
 
 // PutBreaker creates or replaces breaker name (unless dryRun); created tells which.
 func (s *Service) PutBreaker(ctx context.Context, actor, name string, f BreakerFields, dryRun bool) (out Outcome, created bool, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, created, err = s.putBreaker(ctx, actor, name, f, dryRun)
+		return err
+	})
+	return out, created, err
+}
+
+func (s *Service) putBreaker(ctx context.Context, actor, name string, f BreakerFields, dryRun bool) (out Outcome, created bool, err error) {
 	cur, err := s.breaker(ctx, name)
 	if err != nil {
 		return Outcome{}, false, err
@@ -123,7 +131,15 @@ func (s *Service) PutBreaker(ctx context.Context, actor, name string, f BreakerF
 }
 
 // DeleteBreaker removes breaker name (unless dryRun); ErrBreakerNotFound when absent.
-func (s *Service) DeleteBreaker(ctx context.Context, actor, name string, dryRun bool) (Outcome, error) {
+func (s *Service) DeleteBreaker(ctx context.Context, actor, name string, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.deleteBreaker(ctx, actor, name, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) deleteBreaker(ctx context.Context, actor, name string, dryRun bool) (Outcome, error) {
 	cur, err := s.breaker(ctx, name)
 	if err != nil {
 		return Outcome{}, err

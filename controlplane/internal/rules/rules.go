@@ -119,7 +119,15 @@ func statKeys(list []Rule) []string {
 
 // CreateRule validates f and (unless dryRun) stores the new rule; ErrRuleExists when the id is
 // taken (checked again atomically by HSETNX).
-func (s *Service) CreateRule(ctx context.Context, actor string, f RuleFields, dryRun bool) (Outcome, error) {
+func (s *Service) CreateRule(ctx context.Context, actor string, f RuleFields, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.createRule(ctx, actor, f, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) createRule(ctx context.Context, actor string, f RuleFields, dryRun bool) (Outcome, error) {
 	a := attempt{actor: actor, action: action("rule", "create", dryRun)}
 	known, err := s.knownApps(ctx, f)
 	if err != nil {
@@ -152,7 +160,15 @@ func (s *Service) CreateRule(ctx context.Context, actor string, f RuleFields, dr
 
 // UpdateRule replaces rule id by f (validated, unless dryRun written); ErrRuleNotFound when
 // absent. created_at is kept; app ids kept from the old rule need not exist any more.
-func (s *Service) UpdateRule(ctx context.Context, actor, id string, f RuleFields, dryRun bool) (Outcome, error) {
+func (s *Service) UpdateRule(ctx context.Context, actor, id string, f RuleFields, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.updateRule(ctx, actor, id, f, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) updateRule(ctx context.Context, actor, id string, f RuleFields, dryRun bool) (Outcome, error) {
 	cur, err := s.rule(ctx, id)
 	if err != nil {
 		return Outcome{}, err
@@ -175,7 +191,15 @@ func (s *Service) UpdateRule(ctx context.Context, actor, id string, f RuleFields
 }
 
 // DeleteRule removes rule id and its counters (unless dryRun); ErrRuleNotFound when absent.
-func (s *Service) DeleteRule(ctx context.Context, actor, id string, dryRun bool) (Outcome, error) {
+func (s *Service) DeleteRule(ctx context.Context, actor, id string, dryRun bool) (out Outcome, err error) {
+	err = s.serial(ctx, dryRun, func(ctx context.Context) error {
+		out, err = s.deleteRule(ctx, actor, id, dryRun)
+		return err
+	})
+	return out, err
+}
+
+func (s *Service) deleteRule(ctx context.Context, actor, id string, dryRun bool) (Outcome, error) {
 	cur, err := s.rule(ctx, id)
 	if err != nil {
 		return Outcome{}, err

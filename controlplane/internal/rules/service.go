@@ -36,6 +36,7 @@ func (e *InvalidError) Error() string {
 // Bumper writes config with the version bump and announcement of app writes (*store.Store).
 type Bumper interface {
 	Bump(ctx context.Context, write func(context.Context) error) (int64, error)
+	Serialize(ctx context.Context, fn func(context.Context) error) error
 }
 
 // Apps reads configured apps by id (*changes.Catalog, *store.Store).
@@ -113,6 +114,15 @@ func (s *Service) write(ctx context.Context, kind, id string, out *Outcome, fn f
 	}
 	out.Version, out.Written = v, true
 	return nil
+}
+
+// serial runs fn under the config write lock (store.Serialize), so that a change's checks and
+// its write see no other writer; a dry run takes no lock.
+func (s *Service) serial(ctx context.Context, dryRun bool, fn func(context.Context) error) error {
+	if dryRun {
+		return fn(ctx)
+	}
+	return s.o.Store.Serialize(ctx, fn)
 }
 
 // knownApps returns a lookup of which of the app ids a rule names are configured: one HMGET of

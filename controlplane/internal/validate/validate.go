@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sort"
 	"time"
 
@@ -18,10 +17,7 @@ import (
 	"tollgate/internal/store"
 )
 
-// MaxAllocatable is the share of a cluster's capacity its apps may be guaranteed (Req 16.2).
-const MaxAllocatable = 0.9
-
-const maxInt = 1 << 53 // integers beyond this lose precision in the Lua scripts
+const maxInt = MaxInt
 
 // ConnLimits are an app's connection limits (Req 17, 20).
 type ConnLimits struct {
@@ -117,6 +113,9 @@ func (v *Validator) validate(ctx context.Context, ch Change) (Result, error) {
 		return Result{}, err
 	}
 	var c checker
+	if ch.Cluster != nil {
+		c.created = ch.Cluster.ID
+	}
 	c.cluster(ch.Cluster)
 	seen := map[string]bool{}
 	for i, a := range ch.Apps {
@@ -176,7 +175,13 @@ func (v *Validator) current(ctx context.Context, ch Change) (current, error) {
 	return cur, nil
 }
 
-type checker struct{ out []Violation }
+type checker struct {
+	out     []Violation
+	created string // the id of the cluster the change writes, if any
+}
+
+// defines: the change itself writes cluster id.
+func (c *checker) defines(id string) bool { return c.created != "" && c.created == id }
 
 func (c *checker) add(field, code, format string, args ...any) {
 	c.out = append(c.out, Violation{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
@@ -186,15 +191,7 @@ func (c *checker) cluster(cl *store.Cluster) {
 	if cl == nil {
 		return
 	}
-	if !keys.ValidID(cl.ID) {
-		c.add("cluster.id", "invalid_id", "cluster id must match ^[A-Za-z0-9_-]{1,128}$")
-	}
-	if cl.Capacity <= 0 || cl.Capacity >= maxInt {
-		c.add("cluster.capacity", "invalid_capacity", "capacity must be a positive number of tokens per second below 2^53, got %d", cl.Capacity)
-	}
-	if r := cl.ReservedRatio; math.IsNaN(r) || r < 0 || r >= 1 {
-		c.add("cluster.reserved_ratio", "invalid_reserved_ratio", "reserved_ratio must be in [0, 1), got %v", r)
-	}
+	c.out = append(c.out, Prefixed("cluster.", CheckCluster(*cl))...)
 }
 
 // appField names a field of the i-th app: by id when the id is valid, else by index.
@@ -207,47 +204,27 @@ func appField(i int, id, field string) string {
 
 func (c *checker) app(i int, a App, seen map[string]bool, cur current) {
 	f := func(field string) string { return appField(i, a.AppID, field) }
-	if !keys.ValidID(a.AppID) {
-		c.add(f("app_id"), "invalid_id", "app id must match ^[A-Za-z0-9_-]{1,128}$")
-	} else if seen[a.AppID] {
+	for _, v := range CheckApp(a) {
+		v.Field = f(v.Field)
+		c.out = append(c.out, v)
+	}
+	if keys.ValidID(a.AppID) && seen[a.AppID] {
 		c.add(f("app_id"), "duplicate_app", "app %s appears more than once in the change", a.AppID)
 	}
 	seen[a.AppID] = true
 	if !keys.ValidID(a.ClusterID) {
-		c.add(f("cluster_id"), "invalid_id", "cluster id must match ^[A-Za-z0-9_-]{1,128}$")
-	} else if old, ok := cur.apps[a.AppID]; ok && old.ClusterID != a.ClusterID {
+		return
+	}
+	if old, ok := cur.apps[a.AppID]; ok && old.ClusterID != a.ClusterID {
 		c.add(f("cluster_id"), "cluster_change", "app %s belongs to cluster %s and cannot move to %s", a.AppID, old.ClusterID, a.ClusterID)
-	}
-	if a.GuaranteedQuota <= 0 || a.GuaranteedQuota >= maxInt {
-		c.add(f("guaranteed_quota"), "invalid_guaranteed_quota", "guaranteed_quota must be a positive number of tokens per second, got %d", a.GuaranteedQuota)
-	}
-	switch {
-	case a.BurstQuota <= 0 || a.BurstQuota >= maxInt:
-		c.add(f("burst_quota"), "invalid_burst_quota", "burst_quota must be a positive number of tokens, got %d", a.BurstQuota)
-	case a.BurstQuota < a.GuaranteedQuota:
-		c.add(f("burst_quota"), "burst_below_guaranteed", "burst_quota (%d) must be at least guaranteed_quota (%d)", a.BurstQuota, a.GuaranteedQuota)
-	}
-	if a.Priority < 0 || a.Priority > 3 {
-		c.add(f("priority"), "invalid_priority", "priority must be 0, 1, 2 or 3, got %d", a.Priority)
-	}
-	if a.CBw < 0 || a.CBw >= maxInt {
-		c.add(f("c_bw"), "invalid_c_bw", "c_bw must be at least 0, got %d", a.CBw)
-	}
-	if a.MaxBorrow < 0 || a.MaxBorrow >= maxInt {
-		c.add(f("max_borrow"), "invalid_max_borrow", "max_borrow must be at least 0, got %d", a.MaxBorrow)
-	}
-	if l := a.Connections; l != nil {
-		if l.MaxConnections <= 0 {
-			c.add(f("connections.max_connections"), "invalid_max_connections", "max_connections must be positive, got %d", l.MaxConnections)
-		}
-		if l.BurstConnections < l.MaxConnections {
-			c.add(f("connections.burst_connections"), "burst_below_max_connections", "burst_connections (%d) must be at least max_connections (%d)", l.BurstConnections, l.MaxConnections)
-		}
+	} else if cl, known := cur.clusters[a.ClusterID]; known && cl == nil && !c.defines(a.ClusterID) {
+		c.add(f("cluster_id"), "unknown_cluster", "cluster %s does not exist", a.ClusterID)
 	}
 }
 
-// capacity checks, for every cluster the change touches, that the guaranteed quotas of its apps
-// after the change stay within 90 % of its capacity (and within 1 - reserved_ratio).
+// capacity checks, for every cluster the change touches, the allocation cap of the contract
+// (CheckAllocation): the guaranteed quotas of its apps after the change within
+// (1 - reserved_ratio) x capacity, unless the change does not add to an excess stored before.
 func (c *checker) capacity(ch Change, cur current) {
 	// the sum after the change: the cluster's maintained sum, less the old quota of each app the
 	// change rewrites there, plus its new quota (the last one of an id given twice)
@@ -283,19 +260,16 @@ func (c *checker) capacity(ch Change, cur current) {
 			cl = ch.Cluster
 		}
 		if cl == nil {
-			c.add(fmt.Sprintf("clusters[%s]", id), "unknown_cluster", "cluster %s does not exist", id)
-			continue
+			continue // unknown_cluster, reported with the app that names it
 		}
-		if cl.Capacity <= 0 || math.IsNaN(cl.ReservedRatio) || cl.ReservedRatio < 0 || cl.ReservedRatio >= 1 {
-			continue // already reported: no limit to check against
+		beforeCap := Allocatable(cl.Capacity, cl.ReservedRatio)
+		if old := cur.clusters[id]; old != nil {
+			beforeCap = Allocatable(old.Capacity, old.ReservedRatio)
 		}
-		sum := cur.allocated[id] + delta[id]
-		share := math.Min(MaxAllocatable, 1-cl.ReservedRatio)
-		limit := int64(math.Floor(float64(cl.Capacity)*share + 1e-6))
-		if sum > limit {
-			c.add(fmt.Sprintf("clusters[%s].guaranteed_quota", id), "over_allocation",
-				"the guaranteed quotas of cluster %s would sum to %d, above %.0f%% of its capacity %d (%d)",
-				id, sum, share*100, cl.Capacity, limit)
+		before := cur.allocated[id]
+		if v := CheckAllocation(*cl, before, before+delta[id], beforeCap); v != nil {
+			v.Field = fmt.Sprintf("clusters[%s].%s", id, v.Field)
+			c.out = append(c.out, *v)
 		}
 	}
 }

@@ -73,6 +73,11 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 		}
 		return fmt.Sprintf("apps[%d].%s", i, f)
 	}
+	beforeCap := math.Floor(float64(cl.Capacity)*(1-cl.ReservedRatio) + 1e-6)
+	var beforeSum int64
+	for _, a := range existing {
+		beforeSum += a.GuaranteedQuota
+	}
 	if c := ch.Cluster; c != nil {
 		if c.Capacity <= 0 {
 			add("cluster.capacity", "invalid_capacity")
@@ -87,7 +92,6 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 		after[k] = v
 	}
 	seen := map[string]bool{}
-	unknown := false
 	for i, a := range ch.Apps {
 		switch {
 		case !keys.ValidID(a.AppID):
@@ -101,9 +105,8 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 			add(name(i, a, "cluster_id"), "invalid_id")
 		case existing[a.AppID].ClusterID != "" && existing[a.AppID].ClusterID != a.ClusterID:
 			add(name(i, a, "cluster_id"), "cluster_change")
-		}
-		if a.ClusterID == "c2" {
-			unknown = true
+		case a.ClusterID == "c2":
+			add(name(i, a, "cluster_id"), "unknown_cluster")
 		}
 		if a.GuaranteedQuota <= 0 {
 			add(name(i, a, "guaranteed_quota"), "invalid_guaranteed_quota")
@@ -134,9 +137,6 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 			after[a.AppID] = a.App
 		}
 	}
-	if unknown {
-		add("clusters[c2]", "unknown_cluster")
-	}
 	touched := ch.Cluster != nil
 	var sum int64
 	for _, a := range ch.Apps {
@@ -147,8 +147,11 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 			sum += a.GuaranteedQuota
 		}
 	}
-	limit := math.Floor(float64(cl.Capacity)*math.Min(0.9, 1-cl.ReservedRatio) + 1e-6)
-	if touched && cl.Capacity > 0 && cl.ReservedRatio >= 0 && cl.ReservedRatio < 1 && float64(sum) > limit {
+	// the one cap, (1 - reserved_ratio) x capacity; a change that adds nothing to an excess
+	// (the sum not raised, the cap not lowered) passes
+	limit := math.Floor(float64(cl.Capacity)*(1-cl.ReservedRatio) + 1e-6)
+	worse := sum > beforeSum || limit < beforeCap
+	if touched && cl.Capacity > 0 && cl.ReservedRatio >= 0 && cl.ReservedRatio < 1 && float64(sum) > limit && worse {
 		add("clusters[c1].guaranteed_quota", "over_allocation")
 	}
 	sort.Strings(out)
@@ -156,7 +159,7 @@ func expected(cl store.Cluster, existing map[string]store.App, ch validate.Chang
 }
 
 // Property 11 (Req 16.2-16.5): the validator rejects exactly the changes that break a rule —
-// guaranteed quotas above 90 % of capacity, burst below guaranteed, priority outside 0-3, and
+// guaranteed quotas above (1 - reserved_ratio) of capacity, burst below guaranteed, priority outside 0-3, and
 // the id, quota, borrow, c_bw and connection rules — naming each broken field; it never writes
 // (dry run or not); and whatever it accepts the scripts accept too.
 func TestProperty11ConfigValidation(t *testing.T) {

@@ -6,11 +6,11 @@
 -- knows of the store it holds the config of (version, epoch, lost) and the config's gauges.
 local cjson = require("cjson.safe")
 local keys = require("tollgate.keys")
+local contract = require("tollgate.config.contract")
 local genpage = require("tollgate.config.genpage")
 local metrics = require("tollgate.metrics")
 
 local type = type
-local floor = math.floor
 
 local _M = {}
 
@@ -22,22 +22,14 @@ local function parse_app(id, json)
     if type(c) ~= "table" then
         return nil, "bad json: " .. tostring(err)
     end
+    local field, why = contract.app(c, id)  -- the config contract, as the control plane checks it
+    if field then
+        return nil, field .. ": " .. why
+    end
     local cluster = c.cluster_id
-    if not keys.valid_id(cluster) then
-        return nil, "invalid cluster_id"
-    end
-    local c_bw = c.c_bw == nil and 1 or c.c_bw
-    if type(c_bw) ~= "number" or c_bw < 0 or c_bw ~= floor(c_bw) then
-        return nil, "invalid c_bw"
-    end
+    local c_bw = type(c.c_bw) == "number" and c.c_bw or 1  -- left out (or null): 1
     local g, b = c.guaranteed_quota, c.burst_quota
-    if type(g) ~= "number" or type(b) ~= "number" or g <= 0 or b < g then
-        return nil, "invalid quotas"
-    end
     local prio = c.priority
-    if type(prio) ~= "number" or prio < 0 or prio > 3 then
-        return nil, "invalid priority"
-    end
     return {
         id = id,
         cluster = cluster,

@@ -8,6 +8,7 @@
 -- re-reads them every config TTL and on every config notice; a config that does not validate
 -- keeps the last good one, a missing one means the defaults, Redis down keeps what is known.
 local keys = require("tollgate.keys")
+local contract = require("tollgate.config.contract")
 local config = require("tollgate.config.apps")
 local settings = require("tollgate.settings")
 local metrics = require("tollgate.metrics")
@@ -125,8 +126,9 @@ function _M.set_app_limits(id, max, burst, no_bump)
         dict:delete("lim:a:" .. id)
     else
         burst = burst or max
-        if max < 1 or max ~= floor(max) or burst < max or burst ~= floor(burst) then
-            return nil, "max_connections must be an integer > 0, burst_connections >= it"
+        local field, why = contract.app_limits(max, burst)
+        if field then
+            return nil, field .. ": " .. why
         end
         dict:set("lim:a:" .. id, format("%d %d", max, burst))
     end
@@ -142,8 +144,9 @@ function _M.set_cluster_limits(cluster, max, ratio, no_bump)
         dict:delete("lim:c:" .. cluster)
     else
         ratio = ratio or 0.1
-        if max < 1 or max ~= floor(max) or ratio < 0 or ratio >= 1 then
-            return nil, "max_connections must be an integer > 0, reserved_ratio in [0, 1)"
+        local field, why = contract.cluster_limits(max, ratio)
+        if field then
+            return nil, field .. ": " .. why
         end
         dict:set("lim:c:" .. cluster, format("%d %s", max, ratio))
     end

@@ -70,6 +70,7 @@ _M.SCHEMA = {
     { key = "conn_cleanup_batch", env = "TOLLGATE_CONN_CLEANUP_BATCH", kind = "integer", default = 10000, min = 1, doc = "tracking slots one cleanup run looks at, at most" },
     { key = "conn_stats_interval", env = "TOLLGATE_CONN_STATS_INTERVAL", kind = "number", default = 10, min = 0.1, doc = "seconds between connection statistics written to Redis" },
     { key = "conn_config_ttl", env = "TOLLGATE_CONN_CONFIG_TTL", kind = "number", default = 60, min = 0.1, doc = "seconds the connection limits of the apps with traffic on the node are cached (a config notice refreshes them at once)" },
+    { key = "retry_after_max", env = "TOLLGATE_RETRY_AFTER_MAX", kind = "number", default = 60, above = 0, max = 86400, doc = "longest wait (s) a refusal announces in `Retry-After`; the wait is otherwise the time the app's refill needs to afford the refused request (docs/security.md)" },
 }
 -- luacheck: pop
 

@@ -202,7 +202,16 @@ function _M.run()
     if op == "UploadPart" then
         covered = reservation.draw(a, uri, cost - calculator.base[op])
     end
-    local charge = cost + estimate + reserve - covered
+    -- up front at most what the app can ever hold (its burst): a costlier request is admitted
+    -- when the bucket is full and the rest is charged as the bytes move (log phase), as debt
+    -- the refill repays first
+    local upfront, deferred = cost + estimate - covered, 0
+    if upfront > a.burst and a.burst > 0 then
+        upfront, deferred, reserve = a.burst, upfront - a.burst, 0
+    elseif upfront + reserve > a.burst and a.burst > 0 then
+        reserve = a.burst - upfront
+    end
+    local charge = upfront + reserve
     local ok, x, y = l3.acquire(a, charge)
     ctx.tg_label = id
     ctx.tg_method = method
@@ -229,6 +238,11 @@ function _M.run()
     ctx.tg_chunked = chunked
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
+    ctx.tg_deferred = deferred
+    -- an upload of a known length: the header bytes read so far, so that the log phase can
+    -- charge only the body bytes that really arrived if the request fails
+    ctx.tg_head = not chunked and nkeys == nil and headers["content-length"] ~= nil
+        and tonumber(var.request_length) or false
     -- emitted by the add_header lines of nginx/tollgate_location.conf
     numvar.set("tg_c", cost)
     numvar.set("tg_r", x)

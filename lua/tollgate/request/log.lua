@@ -86,7 +86,10 @@ local function log_request(ctx)
         return
     end
     local op = ctx.tg_op
-    local cancelled = (status == 499 or status >= 500) and not upstream_answered()
+    -- cancelled: nothing reached the backend's answer — the client went away (499), nginx
+    -- refused the request or its body (400, 408, 413) or the backend failed (5xx); refunded
+    -- whatever the status
+    local cancelled = status >= 400 and not upstream_answered()
     -- the backend refused the request as unauthenticated (forged or unknown credentials)
     local denied = (status == 401 or status == 403) and upstream_answered()
     if cancelled or denied then
@@ -111,9 +114,23 @@ local function log_request(ctx)
         actual = calculator:bandwidth(sent, a.c_bw, ctx.tg_total)
         cost_mod.observe_download(a, sent)
     end
-    if ctx.tg_estimate > 0 or actual > 0 then
-        reservation.settle(a, ctx.tg_estimate, actual, ctx.tg_source)
+    -- a failed upload of a known length pays only for the body bytes that arrived
+    local short = 0
+    local head = ctx.tg_head
+    if head and status >= 400 then
+        local len = tonumber(var.content_length) or 0
+        local got = (tonumber(var.request_length) or 0) - head
+        if got < len then
+            short = ctx.tg_total - calculator:calculate(op, got > 0 and got or 0, a.c_bw)
+        end
     end
+    -- settle: refund an estimate above what moved, charge what moved beyond it and the part of
+    -- the price the admission deferred (local debt when the lease cannot cover it)
+    local deferred = ctx.tg_deferred
+    if ctx.tg_estimate > 0 or actual > 0 or deferred > 0 or short > 0 then
+        reservation.settle(a, ctx.tg_estimate + short, actual + deferred, ctx.tg_source)
+    end
+    actual = actual - short
     if (op == "CreateMultipartUpload" and ctx.tg_reserve > 0 and status >= 300)
             or ((op == "CompleteMultipartUpload" or op == "AbortMultipartUpload")
                 and status < 300) then

@@ -304,17 +304,18 @@ func (s *abuseStack) victimLoad(perSecond float64) *steadyLoad {
 	})
 }
 
-// charge is what an app has paid: tokens its nodes reported consumed, and what it owes (L2
-// debt, the nodes' local debt).
+// charge is what an app has paid: tokens its nodes reported consumed (post-hoc charges the
+// lease could not cover included: they are the node's local debt until a grant pays them) and
+// the interest of its borrowing.
 type charge struct {
 	Consumed float64 // L2 stats total_consumed (the nodes' reports)
-	Debt     float64 // L2 debt (borrowing with interest)
-	Borrowed float64 // L2 borrowed
-	Local    float64 // the node's local debt (ratelimit_l3_debt)
+	Debt     float64 // L2 debt (borrowed tokens with interest)
+	Borrowed float64 // L2 borrowed (the principal of the debt: consumed already)
+	Local    float64 // the node's local debt (ratelimit_l3_debt: consumed already)
 }
 
-// Total is everything charged: consumed plus owed.
-func (c charge) Total() float64 { return c.Consumed + c.Debt + c.Local }
+// Total is everything charged: consumed plus the interest owed.
+func (c charge) Total() float64 { return c.Consumed + c.Debt - c.Borrowed }
 
 // Minus is the charge since before.
 func (c charge) Minus(before charge) charge {
@@ -323,7 +324,8 @@ func (c charge) Minus(before charge) charge {
 }
 
 func (c charge) String() string {
-	return fmt.Sprintf("%.0f (consumed %.0f, debt %.0f, local debt %.0f)", c.Total(), c.Consumed, c.Debt, c.Local)
+	return fmt.Sprintf("%.0f (consumed %.0f, L2 debt %.0f of which borrowed %.0f, local debt %.0f)",
+		c.Total(), c.Consumed, c.Debt, c.Borrowed, c.Local)
 }
 
 // chargeOf reads an app's charge once.
@@ -439,9 +441,17 @@ func (s *abuseStack) burst(n, parallel int, mk func(i int) *http.Request) map[in
 // rawConn opens a TCP connection to the gateway and writes head (a request line and header
 // fields, "\r\n"-separated, without the blank line: rawConn ends the head), for requests no
 // HTTP client sends (a body that trickles, a body that never comes).
-func (s *abuseStack) rawConn(head string) net.Conn {
+func (s *abuseStack) rawConn(head string) net.Conn { return s.rawConnFrom("", head) }
+
+// rawConnFrom is rawConn from the loopback address src (e.g. "127.0.0.2": another client
+// address than the victim's 127.0.0.1; "" for any).
+func (s *abuseStack) rawConnFrom(src, head string) net.Conn {
 	s.t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(s.g.URL, "http://"))
+	d := net.Dialer{}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	c, err := d.Dial("tcp", strings.TrimPrefix(s.g.URL, "http://"))
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -83,6 +83,8 @@ local HELP = {
     connlimit_cluster_peak_connections = { "gauge", "Highest requests in flight by cluster." },
     connlimit_rejected_total = { "counter", "Requests refused by the connection limiter." },
     connlimit_leaked_total = { "counter", "Slots of lost requests force-released by cleanup." },
+    connlimit_body_deadline_total = { "counter",
+        "Requests whose connection was ended past their body deadline, by app." },
     connlimit_duration_seconds = { "histogram", "Time requests held a connection slot." },
     ratelimit_circuit_state = { "gauge", "Breaker by backend: 0 closed, 1 half-open, 2 open." },
     ratelimit_circuit_rejected_total = { "counter", "Requests refused by an open breaker." },

@@ -70,6 +70,9 @@ _M.SCHEMA = {
     { key = "conn_cleanup_batch", env = "TOLLGATE_CONN_CLEANUP_BATCH", kind = "integer", default = 10000, min = 1, doc = "tracking slots one cleanup run looks at, at most" },
     { key = "conn_stats_interval", env = "TOLLGATE_CONN_STATS_INTERVAL", kind = "number", default = 10, min = 0.1, doc = "seconds between connection statistics written to Redis" },
     { key = "conn_config_ttl", env = "TOLLGATE_CONN_CONFIG_TTL", kind = "number", default = 60, min = 0.1, doc = "seconds the connection limits of the apps with traffic on the node are cached (a config notice refreshes them at once)" },
+    { key = "body_min_rate", env = "TOLLGATE_BODY_MIN_RATE", kind = "number", default = 8192, min = 0, doc = "bytes per second a request body must average: a request with a body must be done within `TOLLGATE_BODY_GRACE` plus its announced length (Content-Length, `x-amz-decoded-content-length`, else `TOLLGATE_CHUNKED_ESTIMATE`) at this rate, else its connection is ended and its slot freed (0: no deadline)" },
+    { key = "body_grace", env = "TOLLGATE_BODY_GRACE", kind = "number", default = 30, above = 0, max = 86400, doc = "seconds a request with a body has beyond its length at `TOLLGATE_BODY_MIN_RATE`" },
+    { key = "conn_client_share", env = "TOLLGATE_CONN_CLIENT_SHARE", kind = "number", default = 0.5, above = 0, max = 1, doc = "share of an app's connection slots (`max_connections`) one client address may hold on a node (at least one slot; 1: no per-address limit)" },
     { key = "retry_after_max", env = "TOLLGATE_RETRY_AFTER_MAX", kind = "number", default = 60, above = 0, max = 86400, doc = "longest wait (s) a refusal announces in `Retry-After`; the wait is otherwise the time the app's refill needs to afford the refused request (docs/security.md)" },
 }
 -- luacheck: pop

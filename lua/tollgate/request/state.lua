@@ -34,7 +34,7 @@ _M.FIELDS = {
     -- identity: the request carries S3 credentials (refusals in S3's dialect)
     "tg_s3",
     -- connlimit
-    "tg_conn", "tg_conn_rid", "tg_conn_e",
+    "tg_conn", "tg_conn_rid", "tg_conn_e", "tg_conn_ip",
     -- breaker
     "tg_brk", "tg_brk_k", "tg_brk_ep", "tg_brk_probe", "tg_brk_refused",
 }

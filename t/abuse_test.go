@@ -1,0 +1,270 @@
+// The abuse suite: attacks on tenant isolation against a real stack (t/abuse_helpers_test.go)
+// while a victim app with a guarantee is under steady load. Each attack asserts that the
+// victim keeps >= 95 % of its goodput, that it pays nothing for the attacker's traffic and that
+// the attacker's own account pays for what the attacker does; each prints a row of the table
+// in docs/security.md (go test -v -run TestAbuse ./t/ | grep ABUSE).
+package t
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The victim's steady load: 50 GETs/s of 2 tokens, half its guarantee of 200 tokens/s.
+const victimRate = 50
+
+// forgedV4 is a SigV4 Authorization with key's id and a signature nobody computed.
+func forgedV4(key string) string {
+	return "AWS4-HMAC-SHA256 Credential=" + key + "/" + time.Now().UTC().Format("20060102") +
+		"/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=" +
+		strings.Repeat("5d", 32)
+}
+
+// forged tags r as the attacker's and gives it the victim's key id with a forged signature.
+func forged(r *http.Request) *http.Request {
+	return hdr(r, abuseSource, "attacker", "Authorization", forgedV4(victimTenant.key),
+		"X-Amz-Date", time.Now().UTC().Format("20060102T150405Z"), "X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+}
+
+// Lock-out: GETs priced up to the cap from their own headers (a Range of a terabyte) in the
+// victim's name — with its key id and a forged signature, with its app header, and anonymous to
+// its bucket. The price is capped at what the app can hold, a refusal of such a request is
+// remembered only for requests as costly, and the forged ones are refunded when the backend
+// refuses them: the victim's own small requests go on.
+func TestAbuseLockOutByHugePricedRequests(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{})
+	huge := "bytes=0-1099511627775"
+	attacks := []struct {
+		name string
+		mk   func() *http.Request
+		// forged: refused by the backend and refunded (the victim pays nothing); otherwise the
+		// request is the victim's by its identity and pays what it really moved
+		forged bool
+	}{
+		{"lock-out: forged key id, Range 1 TiB", func() *http.Request {
+			return forged(hdr(s.req("GET", "/"+victimTenant.bucket+"/steady", nil), "Range", huge))
+		}, true},
+		{"lock-out: forged key id, decoded length 64 GB", func() *http.Request {
+			r := forged(s.req("PUT", "/"+victimTenant.bucket+"/x", []byte("tiny")))
+			r.ContentLength, r.TransferEncoding = -1, []string{"chunked"}
+			return hdr(r, "X-Amz-Decoded-Content-Length", "65536000000")
+		}, true},
+		{"lock-out: app header, Range 1 TiB", func() *http.Request {
+			return hdr(s.req("GET", "/"+victimTenant.bucket+"/steady", nil), abuseSource, "attacker",
+				"X-App-Id", victimTenant.app, "Range", huge)
+		}, false},
+		{"lock-out: anonymous to the victim's bucket, Range 1 TiB", func() *http.Request {
+			return hdr(s.req("GET", "/"+victimTenant.bucket+"/steady", nil), abuseSource, "attacker", "Range", huge)
+		}, false},
+	}
+	for _, at := range attacks {
+		t.Run(at.name, func(t *testing.T) {
+			s.t = t
+			before := s.settledCharge(victimTenant.app)
+			attackerBefore := s.settledCharge(attackerTenant.app)
+			hits := s.backendHits("attacker")
+			l := s.victimLoad(victimRate)
+			statuses := map[int]int{}
+			for i := 0; i < 20; i++ { // 10 a second for 2 s
+				for k, v := range s.burst(1, 1, func(int) *http.Request { return at.mk() }) {
+					statuses[k] += v
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			res := l.Stop()
+			delta := s.settledCharge(victimTenant.app).Minus(before)
+			extra := victimExtra(delta, res)
+			row := abuseRow{attack: at.name, victim: res, victimCharge: extra,
+				attackerCharge: s.settledCharge(attackerTenant.app).Minus(attackerBefore).Total(),
+				backend: s.backendHits("attacker") - hits, attackerSent: 20}
+			t.Logf("attacker answers %v; victim %s", statuses, delta)
+			if at.forged {
+				checkIsolation(t, row)
+				return
+			}
+			// the victim's own identity: it pays what the requests moved (a 1 KiB object: base 1
+			// + one unit each), never the terabyte they announced
+			row.log(t)
+			if g := res.Goodput(); g < 0.95 {
+				t.Errorf("the victim kept %.1f %% of its goodput: %s", 100*g, res)
+			}
+			served := int64(statuses[200] + statuses[206])
+			if extra != float64(2*served) {
+				t.Errorf("the victim paid %.0f for %d requests in its name that moved 1 KiB each, want %d",
+					extra, served, 2*served)
+			}
+		})
+	}
+}
+
+// signedPut is a PUT of size bytes to the tenant's bucket, signed with its key pair.
+func (s *abuseStack) signedPut(tn tenant, key string, size int) *http.Request {
+	r := s.req("PUT", "/"+tn.bucket+"/"+key, bytes.Repeat([]byte("u"), size))
+	r.Header.Set(abuseSource, tn.app)
+	return tn.sign(r)
+}
+
+// A small app (burst 40) uploads 5 MiB parts with an honest client: each PUT (cost 85) is
+// admitted when its bucket is full, the 45 tokens above the burst are its debt, repaid by its
+// refill before it is admitted again — so its average rate stays its guarantee — while the
+// victim keeps its goodput and pays nothing.
+func TestAbuseSmallAppUploadsPartsAboveItsBurst(t *testing.T) {
+	small := app(attackerTenant.app, 40, 40)
+	s := newAbuseStack(t, abuseOptions{attacker: small})
+	const size, uploads = 5 << 20, 3
+	price := 5 + size/65536 // PutObject: base 5 + 80 units
+	before := s.settledCharge(victimTenant.app)
+	smallBefore := s.settledCharge(attackerTenant.app)
+	hits := s.backendHits(attackerTenant.app)
+	l := s.victimLoad(victimRate)
+	start := time.Now()
+	refusals := 0
+	for i := 0; i < uploads; {
+		r := s.send(s.signedPut(attackerTenant, "part"+strconv.Itoa(i), size))
+		switch r.Status {
+		case 200:
+			i++
+		case 503:
+			refusals++
+			secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
+			if err != nil || secs < 1 || secs > 5 {
+				t.Fatalf("upload %d refused with Retry-After %q (the debt is repaid in about 1 s): %s",
+					i, r.Header.Get("Retry-After"), r.Body)
+			}
+			time.Sleep(time.Duration(secs) * time.Second)
+		default:
+			t.Fatalf("upload %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	elapsed := time.Since(start)
+	res := l.Stop()
+	spent := s.settledCharge(attackerTenant.app).Minus(smallBefore)
+	row := abuseRow{attack: "small app (burst 40) uploads 5 MiB parts", victim: res,
+		victimCharge:   victimExtra(s.settledCharge(victimTenant.app).Minus(before), res),
+		attackerCharge: spent.Total(), backend: s.backendHits(attackerTenant.app) - hits, attackerSent: int64(uploads + refusals)}
+	checkIsolation(t, row)
+	// the app paid for every byte, and no faster than its guarantee: all but the first bucket
+	// had to be refilled at 40 tokens/s
+	if spent.Total() < float64(uploads*price) {
+		t.Errorf("the small app paid %s for %d uploads of cost %d", spent, uploads, price)
+	}
+	if min := time.Duration(float64(uploads*price-40) / 40 * float64(time.Second)); elapsed < min {
+		t.Errorf("%d uploads of cost %d in %s: faster than the guarantee of 40 tokens/s allows (%s)",
+			uploads, price, elapsed, min)
+	}
+	t.Logf("%d uploads in %.1f s, %d refusals; paid %s", uploads, elapsed.Seconds(), refusals, spent)
+}
+
+// Forged and aborted uploads in the victim's name: bodies announced and never sent (the client
+// goes away), and complete forged bodies the backend refuses. Nothing stays charged to the
+// victim: no consumption, no local debt, no L2 debt.
+func TestAbuseForgedAndAbortedUploadsLeaveNoDebt(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{})
+	before := s.settledCharge(victimTenant.app)
+	hits := s.backendHits("attacker")
+	l := s.victimLoad(victimRate)
+	const n = 15
+	for i := 0; i < n; i++ {
+		// 5 MiB announced, 1 KiB sent, then the client is gone
+		c := s.rawConn(fmt.Sprintf("PUT /%s/aborted%d HTTP/1.1\r\nHost: %s\r\n%s: attacker\r\n"+
+			"Authorization: %s\r\nX-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\nContent-Length: %d",
+			victimTenant.bucket, i, strings.TrimPrefix(s.g.URL, "http://"), abuseSource, forgedV4(victimTenant.key), 5<<20))
+		_, _ = c.Write(bytes.Repeat([]byte("a"), 1024))
+		time.Sleep(20 * time.Millisecond)
+		_ = c.Close()
+	}
+	statuses := s.burst(n, 3, func(i int) *http.Request {
+		return forged(s.req("PUT", "/"+victimTenant.bucket+"/forged"+strconv.Itoa(i), bytes.Repeat([]byte("f"), 300000)))
+	})
+	// the gateway's log phase of the aborted ones has run once they are counted
+	eventually(t, "the aborted uploads are logged", func() bool {
+		return seriesSum(t, s.g, "ratelimit_requests_total", `app_id="victim"`, `method="PUT"`) >= 2*n
+	})
+	res := l.Stop()
+	delta := s.settledCharge(victimTenant.app).Minus(before)
+	row := abuseRow{attack: "forged and aborted uploads (5 MiB announced)", victim: res,
+		victimCharge: victimExtra(delta, res), backend: s.backendHits("attacker") - hits, attackerSent: 2 * n}
+	t.Logf("forged complete uploads: %v; victim %s", statuses, delta)
+	checkIsolation(t, row)
+	if after := s.settledCharge(victimTenant.app); after.Debt != 0 || after.Local != 0 {
+		t.Errorf("the victim owes after the attack: %s", after)
+	}
+}
+
+// trickle opens a forged PUT in the victim's name from src announcing 1000 bytes and sends its
+// body one byte every 200 ms in the background; the returned channel receives the gateway's
+// answer (its first line; "" when the connection was ended without one) once it is over.
+func (s *abuseStack) trickle(src string, i int) <-chan string {
+	c := s.rawConnFrom(src, fmt.Sprintf("PUT /%s/trickle%d HTTP/1.1\r\nHost: gw\r\n%s: attacker\r\n"+
+		"Authorization: %s\r\nX-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\nContent-Length: 1000",
+		victimTenant.bucket, i, abuseSource, forgedV4(victimTenant.key)))
+	done := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 512)
+		n, _ := c.Read(buf) // an answer, or the end of the connection
+		done <- strings.SplitN(string(buf[:n]), "\r\n", 2)[0]
+		_ = c.Close()
+	}()
+	go func() {
+		for k := 0; k < 1000; k++ {
+			if _, err := c.Write([]byte("t")); err != nil {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return done
+}
+
+// Slot holding: 12 forged uploads from one address trickle their bodies to hold the victim's
+// 12 slots. That address gets at most half of them, and the body deadline (1 s of grace + 1000
+// bytes at 8 KiB/s here) ends each within seconds: the victim keeps its goodput and pays
+// nothing.
+func TestAbuseSlowTrickleHoldsNoSlot(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_BODY_GRACE": "1",
+		"TOLLGATE_CONN_TIMEOUT": "4"}})
+	s.appLimits(victimTenant.app, 12, 12)
+	before := s.settledCharge(victimTenant.app)
+	hits := s.backendHits("attacker")
+	l := s.victimLoad(victimRate)
+	start := time.Now()
+	var answers []<-chan string
+	for i := 0; i < 12; i++ {
+		answers = append(answers, s.trickle("127.0.0.2", i))
+	}
+	got := map[string]int{}
+	for i, a := range answers {
+		select {
+		case line := <-a:
+			got[line]++
+		case <-time.After(15 * time.Second):
+			t.Fatalf("trickle %d still holds its connection after %s", i, time.Since(start))
+		}
+	}
+	held := time.Since(start)
+	time.Sleep(time.Second) // the victim's load after the attack too
+	res := l.Stop()
+	delta := s.settledCharge(victimTenant.app).Minus(before)
+	row := abuseRow{attack: "slow trickle: 12 uploads hold slots (1 byte / 200 ms)", victim: res,
+		victimCharge: victimExtra(delta, res), backend: s.backendHits("attacker") - hits, attackerSent: 12}
+	t.Logf("trickles answered %v, all over after %.1f s; victim %s", got, held.Seconds(), delta)
+	checkIsolation(t, row)
+	if got[""] == 0 || got[""] > 6 {
+		t.Errorf("%d trickles were ended by the body deadline, want 1..6 (one address holds at most half of 12 slots): %v",
+			got[""], got)
+	}
+	if n := seriesSum(t, s.g, "connlimit_body_deadline_total", `app_id="victim"`); n != float64(got[""]) {
+		t.Errorf("connlimit_body_deadline_total %v, want %d", n, got[""])
+	}
+	if n := seriesSum(t, s.g, "connlimit_rejected_total", `reason="client_limit_exceeded"`); n < 6 {
+		t.Errorf("%v requests refused for their address's share, want >= 6", n)
+	}
+	eventually(t, "the victim's slots are free", func() bool {
+		return seriesSum(t, s.g, "connlimit_active_connections", `app_id="victim"`) == 0
+	})
+}

@@ -81,7 +81,7 @@ func TestAbuseLockOutByHugePricedRequests(t *testing.T) {
 			extra := victimExtra(delta, res)
 			row := abuseRow{attack: at.name, victim: res, victimCharge: extra,
 				attackerCharge: s.settledCharge(attackerTenant.app).Minus(attackerBefore).Total(),
-				backend: s.backendHits("attacker") - hits, attackerSent: 20}
+				backend:        s.backendHits("attacker") - hits, attackerSent: 20}
 			t.Logf("attacker answers %v; victim %s", statuses, delta)
 			if at.forged {
 				checkIsolation(t, row)
@@ -227,7 +227,7 @@ func (s *abuseStack) trickle(src string, i int) <-chan string {
 // nothing.
 func TestAbuseSlowTrickleHoldsNoSlot(t *testing.T) {
 	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_BODY_GRACE": "1",
-		"TOLLGATE_CONN_TIMEOUT": "4"}})
+		"TOLLGATE_CONN_CLIENT_SHARE": "0.5"}})
 	s.appLimits(victimTenant.app, 12, 12)
 	before := s.settledCharge(victimTenant.app)
 	hits := s.backendHits("attacker")

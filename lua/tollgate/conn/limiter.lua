@@ -127,14 +127,14 @@ function _M.acquire(a, ctx)
     local ikey
     if SHARE < 1 then
         -- one client address holds at most SHARE of the app's slots (at least one)
-        local cap = floor(e.max * SHARE)
+        local cap = floor(e.burst * SHARE)
         ikey = "ip:" .. a.id .. ":" .. (var.remote_addr or "-")
         local iv = dict:incr(ikey, 1, 0, IP_TTL)
         if iv and iv > (cap > 1 and cap or 1) then
             dict:incr(ikey, -1)
             dict:incr(e.ckey, -1)
             dict:incr(e.akey, -1)
-            return reject(e, "client_limit_exceeded", cap, iv - 1)
+            return reject(e, "client_limit_exceeded", cap > 1 and cap or 1, iv - 1)
         end
     end
     local tag = e.tag

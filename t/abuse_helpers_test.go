@@ -284,6 +284,13 @@ func (l *steadyLoad) count(c *atomic.Int64, what string) {
 	l.mu.Unlock()
 }
 
+// StopAfter ends the load once it has run for at least d (so that an attack over in a moment
+// is measured against seconds of the victim's traffic).
+func (l *steadyLoad) StopAfter(d time.Duration) steadyResult {
+	time.Sleep(time.Until(l.start.Add(d)))
+	return l.Stop()
+}
+
 // Stop ends the load and waits for its requests in flight.
 func (l *steadyLoad) Stop() steadyResult {
 	close(l.stop)
@@ -408,7 +415,23 @@ func hdr(r *http.Request, kv ...string) *http.Request {
 // burst sends n requests built by mk (i = 0..n-1), parallel at a time, and counts the answers by
 // status (0: transport error).
 func (s *abuseStack) burst(n, parallel int, mk func(i int) *http.Request) map[int]int {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: parallel}}
+	return s.burstFrom("", n, parallel, mk)
+}
+
+// clientFrom is an HTTP client whose connections come from the loopback address src ("" for
+// any), with up to idle connections kept.
+func (s *abuseStack) clientFrom(src string, idle int) *http.Client {
+	d := &net.Dialer{}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConnsPerHost: idle, DialContext: d.DialContext}}
+}
+
+// burstFrom is burst from the loopback address src ("" for any).
+func (s *abuseStack) burstFrom(src string, n, parallel int, mk func(i int) *http.Request) map[int]int {
+	client := s.clientFrom(src, parallel)
 	var mu sync.Mutex
 	out := map[int]int{}
 	next := make(chan int)

@@ -8,11 +8,14 @@ package t
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"tollgate/t/harness"
 )
 
 // The victim's steady load: 50 GETs/s of 2 tokens, half its guarantee of 200 tokens/s.
@@ -185,7 +188,7 @@ func TestAbuseForgedAndAbortedUploadsLeaveNoDebt(t *testing.T) {
 	eventually(t, "the aborted uploads are logged", func() bool {
 		return seriesSum(t, s.g, "ratelimit_requests_total", `app_id="victim"`, `method="PUT"`) >= 2*n
 	})
-	res := l.Stop()
+	res := l.StopAfter(2 * time.Second)
 	delta := s.settledCharge(victimTenant.app).Minus(before)
 	row := abuseRow{attack: "forged and aborted uploads (5 MiB announced)", victim: res,
 		victimCharge: victimExtra(delta, res), backend: s.backendHits("attacker") - hits, attackerSent: 2 * n}
@@ -267,4 +270,50 @@ func TestAbuseSlowTrickleHoldsNoSlot(t *testing.T) {
 	eventually(t, "the victim's slots are free", func() bool {
 		return seriesSum(t, s.g, "connlimit_active_connections", `app_id="victim"`) == 0
 	})
+}
+
+// Forged-signature flood: 300 requests in the victim's name with a forged signature from one
+// address. The backend refuses each as unauthenticated (refunded); once the (key, address)
+// budget is spent the gateway refuses the rest itself, in S3's dialect, without a backend
+// round trip, until the window passes. The victim's own signed requests from its address go on.
+func TestAbuseForgedSignatureFlood(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{})
+	before := s.settledCharge(victimTenant.app)
+	hits := s.backendHits("attacker")
+	l := s.victimLoad(victimRate)
+	const n = 300
+	statuses := s.burstFrom("127.0.0.2", n, 8, func(i int) *http.Request {
+		return forged(s.req("GET", "/"+victimTenant.bucket+"/steady", nil))
+	})
+	// the gateway's answer to the spent budget: SlowDown with the window's rest
+	resp, err := s.clientFrom("127.0.0.2", 1).Do(forged(s.req("GET", "/"+victimTenant.bucket+"/steady", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	r := &harness.Response{Status: resp.StatusCode, Header: resp.Header, Body: body}
+	res := l.StopAfter(2 * time.Second)
+	delta := s.settledCharge(victimTenant.app).Minus(before)
+	backend := s.backendHits("attacker") - hits
+	row := abuseRow{attack: "forged-signature flood (300 from one address)", victim: res,
+		victimCharge: victimExtra(delta, res), backend: backend, attackerSent: n}
+	t.Logf("flood answers %v; victim %s", statuses, delta)
+	checkIsolation(t, row)
+	if backend > 20+8 { // the key budget, plus what was in flight when it was spent
+		t.Errorf("%d forged requests reached the backend, want <= 28 (budget 20)", backend)
+	}
+	if statuses[403] < 20 || statuses[503] < n-28 {
+		t.Errorf("flood answers %v: want >= 20 refused by the backend (403), the rest by the gateway (503)", statuses)
+	}
+	e := parseS3Error(t, r)
+	if r.Status != 503 || e.Code != "SlowDown" || r.Header.Get("X-Tollgate-Reason") != "auth_failure_budget" {
+		t.Errorf("a forgery past the budget: %d %s %q", r.Status, e.Code, r.Header.Get("X-Tollgate-Reason"))
+	}
+	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %q, want the rest of the 60 s window", r.Header.Get("Retry-After"))
+	}
+	if v := seriesSum(t, s.g, "ratelimit_rejected_total", `app_id="victim"`, `reason="auth_failure_budget"`); v < n-28 {
+		t.Errorf("ratelimit_rejected_total{reason=auth_failure_budget} %v", v)
+	}
 }

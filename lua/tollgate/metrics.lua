@@ -95,7 +95,8 @@ local HELP = {
     ratelimit_s3_cost_total = { "counter",
         "Tokens charged by S3 operation (after post-hoc charges and refunds)." },
     ratelimit_auth_failures_total = { "counter",
-        "Requests the backend refused as unauthenticated (refunded), by the app charged." },
+        "Requests the backend refused as unauthenticated (refunded), and those the gateway "
+            .. "refused once their address's budget of such failures was spent, by app." },
 }
 
 local ALWAYS_DESCRIBED = { "ratelimit_s3_operations_total", "ratelimit_s3_cost_total",

@@ -19,6 +19,7 @@ local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
+local authbudget = require("tollgate.request.authbudget")
 
 
 local get_method = ngx.req.get_method
@@ -154,6 +155,17 @@ function _M.run()
     if not a.enabled then
         ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
+    end
+    -- the budget of forged traffic: an address (or a key from it) whose requests the backend
+    -- refused as unauthenticated too often is refused here until its window passes
+    local wait, failures = authbudget.spent(headers, akid)
+    if wait then
+        ctx.tg_label = id
+        count_rejection(id, "auth_failure_budget")
+        metrics.inc('ratelimit_auth_failures_total{app_id="' .. id .. '"}')
+        blocked_event(headers, id, "auth_failure_budget", "auth", 503, nil, failures)
+        return response.too_many("auth_failure_budget", 0, wait,
+            { reset = ngx.now() + wait, remaining = 0 })
     end
     -- circuit breaker of the location's backend: refused before anything is charged
     local bok, backend, bretry = breaker.check(id, ctx)

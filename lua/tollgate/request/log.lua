@@ -12,7 +12,7 @@ local breaker = require("tollgate.breaker.breaker")
 
 local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
-local ipmatch = require("tollgate.request.ipmatch")
+local authbudget = require("tollgate.request.authbudget")
 
 
 local get_method = ngx.req.get_method
@@ -23,14 +23,15 @@ local find = string.find
 
 local _M = {}
 
-local conf, calculator
+local calculator
 
 local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true,
                         PATCH = true, OPTIONS = true }
 
 --- Settings and the cost calculator of this nginx (tollgate.handler's init).
 function _M.configure(settings, calc)
-    conf, calculator = settings, calc
+    calculator = calc
+    authbudget.configure(settings)
 end
 
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)
@@ -40,16 +41,13 @@ local function upstream_answered()
 end
 
 -- A request the backend refused as unauthenticated, refunded: counted by app (a bounded label),
--- per client IP in a one-minute window of its own dict (never a label; a spray from many
--- addresses evicts only other addresses' counts), and an event carrying the IP, that count and
--- the access key id.
-local AUTH_WINDOW = 60
-local afdict = ngx.shared.tollgate_authfail     -- nil in an nginx without the http include's dict
+-- per client address and per (key, address) for the budget of forged traffic
+-- (tollgate.request.authbudget: never a label), and an event carrying the address, its count
+-- and the access key id.
 local function auth_failed(ctx, label, method, status)
     metrics.inc('ratelimit_auth_failures_total{app_id="' .. label .. '"}')
     local headers = reqheaders.all(ctx.h)
-    local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], conf.trusted_proxies)
-    local n = afdict and afdict:incr(tostring(ip), 1, 0, AUTH_WINDOW)
+    local n, ip = authbudget.failed(headers, ctx.tg_akid)
     local sampled = events.take("auth_failed", label, nil)
     if not sampled then
         return

@@ -317,3 +317,38 @@ func TestAbuseForgedSignatureFlood(t *testing.T) {
 		t.Errorf("ratelimit_rejected_total{reason=auth_failure_budget} %v", v)
 	}
 }
+
+// Fail-open: while Redis is down, a GET of a 110-byte object priced up front at the app's
+// average download (3 MiB: 49 tokens) is admitted from a fail-open budget of 20 tokens/s — a
+// request costlier than the budget when the second's budget is untouched — and settled against
+// the bytes it sent, which gives the rest back to that second's budget.
+func TestAbuseFailOpenAdmitsRequestsPricedAboveItsBudget(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{workers: 1, env: map[string]string{"TOLLGATE_FAIL_OPEN_RATE": "20"}})
+	s.putObject(victimTenant, "big", 3<<20)
+	s.putObject(victimTenant, "small", 110)
+	for i := 0; i < 3; i++ { // the app's average download: 3 MiB
+		if r := s.send(victimTenant.sign(s.req("GET", "/"+victimTenant.bucket+"/big", nil))); r.Status != 200 {
+			t.Fatalf("GET big: %d", r.Status)
+		}
+	}
+	s.redis.Kill()
+	s.g.T("set?app=victim&tokens=0", nil) // the node's lease is spent: the next grant fails
+	get := func() *harness.Response {
+		return s.send(victimTenant.sign(s.req("GET", "/"+victimTenant.bucket+"/small", nil)))
+	}
+	// priced 1 + 48 units up front (the average), above the whole budget: admitted
+	if r := get(); r.Status != 200 {
+		t.Fatalf("GET small priced above the fail-open budget: %d %s %s", r.Status,
+			r.Header.Get("X-Tollgate-Reason"), r.Body)
+	}
+	eventually(t, "a fail-open admission counted", func() bool {
+		return seriesSum(t, s.g, "ratelimit_fail_open_total", `app_id="victim"`) == 1
+	})
+	// and settled at 2 tokens (1 base + 1 unit): 7 a second fit the budget of 20
+	for i := 0; i < 10; i++ {
+		time.Sleep(150 * time.Millisecond)
+		if r := get(); r.Status != 200 {
+			t.Fatalf("GET %d with Redis down: %d %s", i, r.Status, r.Header.Get("X-Tollgate-Reason"))
+		}
+	}
+}

@@ -376,6 +376,8 @@ function _M.refund(a, amount, source)
     local k = K(a.id)
     if source == "fail_open" then
         dict:incr(k.fail_open, -amount, 0)
+        -- and to this second's budget, which admitted the estimate (never below zero)
+        take(k.fail_open .. ":" .. floor(now()), amount)
     elseif conf.mode ~= "remote" then
         dict:incr(k.tokens, amount, 0)
         dict:incr(k.pending_cost, -amount, 0)

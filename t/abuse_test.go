@@ -40,7 +40,7 @@ func forged(r *http.Request) *http.Request {
 // remembered only for requests as costly, and the forged ones are refunded when the backend
 // refuses them: the victim's own small requests go on.
 func TestAbuseLockOutByHugePricedRequests(t *testing.T) {
-	s := newAbuseStack(t, abuseOptions{})
+	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_IDLE_RETURN": "0.1"}})
 	huge := "bytes=0-1099511627775"
 	attacks := []struct {
 		name string
@@ -71,10 +71,13 @@ func TestAbuseLockOutByHugePricedRequests(t *testing.T) {
 			before := s.settledCharge(victimTenant.app)
 			attackerBefore := s.settledCharge(attackerTenant.app)
 			hits := s.backendHits("attacker")
-			l := s.victimLoad(victimRate)
+			// 10 requests a second, each after its lease went back to L2 (idle for 0.1 s): each
+			// asks L2, as a node's first request of an app does, while the node remembers the
+			// attacker's refusals
+			l := s.victimLoad(10)
 			statuses := map[int]int{}
-			for i := 0; i < 20; i++ { // 10 a second for 2 s
-				for k, v := range s.burst(1, 1, func(int) *http.Request { return at.mk() }) {
+			for i := 0; i < 20; i++ { // 10 a second for 2 s, from another address
+				for k, v := range s.burstFrom("127.0.0.2", 1, 1, func(int) *http.Request { return at.mk() }) {
 					statuses[k] += v
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -349,6 +352,38 @@ func TestAbuseFailOpenAdmitsRequestsPricedAboveItsBudget(t *testing.T) {
 		time.Sleep(150 * time.Millisecond)
 		if r := get(); r.Status != 200 {
 			t.Fatalf("GET %d with Redis down: %d %s", i, r.Status, r.Header.Get("X-Tollgate-Reason"))
+		}
+	}
+}
+
+// The node remembers L2's refusal of a huge request only for requests that need as much: right
+// after a forged GET priced at the cap (a full bucket, 400) is refused — the node's lease holds
+// about half the bucket, L2 the rest — the victim's own GET priced 251 (a Range of 16 MB, more
+// than its lease holds) asks L2 and is served, not refused from the node's memory of the
+// refusal.
+func TestAbuseRefusalRememberedOnlyForCostlierRequests(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_IDLE_RETURN": "0.2"}})
+	get := func(rng string) *harness.Response {
+		r := s.req("GET", "/"+victimTenant.bucket+"/steady", nil)
+		if rng != "" {
+			r.Header.Set("Range", rng)
+		}
+		return s.send(victimTenant.sign(r))
+	}
+	for i := 0; i < 3; i++ {
+		eventually(t, "the idle lease back in L2", func() bool { return s.g.State("victim").Tokens == 0 })
+		if r := get(""); r.Status != 200 { // a lease of about half the bucket
+			t.Fatalf("GET: %d", r.Status)
+		}
+		huge := s.burstFrom("127.0.0.2", 1, 1, func(int) *http.Request {
+			return forged(hdr(s.req("GET", "/"+victimTenant.bucket+"/steady", nil), "Range", "bytes=0-1099511627775"))
+		})
+		if huge[503] != 1 {
+			t.Fatalf("a GET priced at the cap with half the bucket on the lease: %v, want L2's refusal (503)", huge)
+		}
+		if r := get("bytes=0-16383999"); r.Status != 200 && r.Status != 206 {
+			t.Fatalf("round %d: the victim's GET priced 251 after the refusal of one priced 400: %d %s %s", i,
+				r.Status, r.Header.Get("X-Tollgate-Reason"), r.Body)
 		}
 	}
 }

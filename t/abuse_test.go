@@ -131,6 +131,9 @@ func TestAbuseSmallAppUploadsPartsAboveItsBurst(t *testing.T) {
 	start := time.Now()
 	refusals := 0
 	for i := 0; i < uploads; {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%d of %d uploads done after %s (%d refusals)", i, uploads, time.Since(start), refusals)
+		}
 		r := s.send(s.signedPut(attackerTenant, "part"+strconv.Itoa(i), size))
 		switch r.Status {
 		case 200:

@@ -340,7 +340,7 @@ function _M.start(settings, client)
     MIN_RATE, GRACE = conf.body_min_rate or 0, conf.body_grace or 0
     SHARE, IP_TTL = conf.client_share or 1, conf.timeout
     if MIN_RATE > 0 then
-        every(math.min(1, GRACE > 0 and GRACE or 1), function() track.deadlines(cut) end)
+        track.deadline_check(cut, math.min(1, GRACE))
     end
     if ngx.worker.id() == 0 then
         dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now

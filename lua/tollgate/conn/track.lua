@@ -108,16 +108,42 @@ function _M.open(ip, tag)
     return n, rid
 end
 
---- Give the request rid in slot n a deadline (Unix seconds): past it, deadlines() ends the
--- request's connection. r: the request (resty.core.base.get_request()).
+local on_cut, check_every = nil, 1     -- set by deadline_check()
+local armed = false
+local deadlines
+
+-- the deadline check runs only while this worker has requests with a deadline: a timer armed
+-- by the first of them, re-armed while any is left (no timer at all for body-less traffic)
+local function check(premature)
+    armed = false
+    if premature then
+        return
+    end
+    deadlines(on_cut)
+    if ndead > 0 and not armed then
+        armed = ngx.timer.at(check_every, check) and true or false
+    end
+end
+
+--- Call fn(tag, ip) for each request whose connection the deadline check ends; the check runs
+-- every `interval` seconds while a deadline is pending.
+function _M.deadline_check(fn, interval)
+    on_cut, check_every = fn, interval
+end
+
+--- Give the request rid in slot n a deadline (Unix seconds): past it, the deadline check ends
+-- the request's connection. r: the request (resty.core.base.get_request()).
 function _M.deadline(n, rid, at, r)
-    if l_rid[n] ~= rid or not r then
+    if l_rid[n] ~= rid or not r or not on_cut then
         return
     end
     if not l_dead[n] then
         ndead = ndead + 1
     end
     l_dead[n], l_req[n] = at, r
+    if not armed then
+        armed = ngx.timer.at(check_every, check) and true or false
+    end
 end
 
 local function clear_deadline(n)
@@ -140,9 +166,9 @@ local function cut(r)
     return fd >= 0 and ffi.C.shutdown(fd, SHUT_RDWR) == 0
 end
 
---- End the connections of this worker's requests past their body deadline; on_cut(tag, ip) is
+--- End the connections of this worker's requests past their body deadline; cut_fn(tag, ip) is
 -- called for each. Returns the number ended.
-function _M.deadlines(on_cut)
+function deadlines(cut_fn)
     if ndead == 0 then
         return 0
     end
@@ -155,12 +181,13 @@ function _M.deadlines(on_cut)
             if cut(r) then
                 ended = ended + 1
                 local _, tag = dict:get(l_key[n])
-                on_cut(tag, l_ip[n])
+                cut_fn(tag, l_ip[n])
             end
         end
     end
     return ended
 end
+_M.deadlines = deadlines
 
 --- Release the record in slot n if it still holds request rid (Property 20: a second call is a
 -- no-op). Returns true when this call gave the slot back, false when the cleanup already had,

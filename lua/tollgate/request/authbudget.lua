@@ -14,6 +14,7 @@ local dict = ngx.shared.tollgate_authfail     -- nil in an nginx without the htt
 local _M = {}
 
 local WINDOW, BUDGET, KEY_BUDGET = 60, 0, 0
+local ANY = "*"     -- set (for a window) by every failure: most requests need no more than its read
 local TRUSTED
 
 --- Settings: auth_fail_window, auth_fail_budget, auth_fail_key_budget, trusted_proxies.
@@ -48,10 +49,11 @@ end
 
 --- Is the budget of this request's address (or key and address) spent? Returns nil, or the
 -- seconds until its window passes and the failures counted. akid: the request's access key id
--- (false/nil without one). Costs one dict read for an address without failures.
+-- (false/nil without one). Costs one dict read while the node saw no failure in a window, two
+-- and the client address for an address without failures.
 function _M.spent(headers, akid)
-    if not dict or BUDGET <= 0 and KEY_BUDGET <= 0 then
-        return nil
+    if not dict or BUDGET <= 0 and KEY_BUDGET <= 0 or not dict:get(ANY) then
+        return nil      -- no failure on this node in the last window: not even the address read
     end
     local ip = _M.client(headers)
     local n = dict:get(ip)
@@ -78,6 +80,7 @@ function _M.failed(headers, akid)
     if not dict then
         return nil, ip
     end
+    dict:set(ANY, true, WINDOW)
     local n = dict:incr(ip, 1, 0, WINDOW)
     if akid then
         dict:incr(key_of(akid, ip), 1, 0, WINDOW)

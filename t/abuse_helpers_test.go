@@ -343,18 +343,25 @@ func (s *abuseStack) chargeOf(app string) charge {
 		Local: seriesSum(s.t, s.g, "ratelimit_l3_debt", `app_id="`+app+`"`)}
 }
 
-// settledCharge reads an app's charge once the node has reported everything: the same
-// reading twice, 300 ms (three sync intervals) apart, with no report pending.
+// settledCharge reads an app's charge once the node has reported everything: no consumption
+// pending or in flight on the node, and the same reading twice, 200 ms (two sync intervals)
+// apart.
 func (s *abuseStack) settledCharge(app string) charge {
 	s.t.Helper()
 	var last charge
 	first := true
 	eventually(s.t, "the charge of "+app+" settles", func() bool {
+		st := s.g.State(app)
+		if st.PendingCost != 0 || st.PendingCount != 0 || st.FailOpen != 0 || (st.Inflight != "" && st.Inflight != "0") {
+			first = true
+			time.Sleep(50 * time.Millisecond)
+			return false
+		}
 		c := s.chargeOf(app)
 		same := !first && c == last
 		last, first = c, false
 		if !same {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond)
 		}
 		return same
 	})

@@ -122,7 +122,7 @@ func (s *abuseStack) signedPut(tn tenant, key string, size int) *http.Request {
 func TestAbuseSmallAppUploadsPartsAboveItsBurst(t *testing.T) {
 	small := app(attackerTenant.app, 40, 40)
 	s := newAbuseStack(t, abuseOptions{attacker: small})
-	const size, uploads = 5 << 20, 3
+	const size, uploads = 5 << 20, 2
 	price := 5 + size/65536 // PutObject: base 5 + 80 units
 	before := s.settledCharge(victimTenant.app)
 	smallBefore := s.settledCharge(attackerTenant.app)

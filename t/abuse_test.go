@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -388,5 +390,65 @@ func TestAbuseRefusalRememberedOnlyForCostlierRequests(t *testing.T) {
 			t.Fatalf("round %d: the victim's GET priced 251 after the refusal of one priced 400: %d %s %s", i,
 				r.Status, r.Header.Get("X-Tollgate-Reason"), r.Body)
 		}
+	}
+}
+
+// With the request body streamed to the backend (proxy_request_buffering off), the body
+// deadline ends an upload that trickles as well: a PUT correctly signed by the attacker's own
+// key, which the backend accepts and waits for, announcing 1000 bytes and sending one every
+// 200 ms, ends after the deadline (1 s + 1000 bytes at 8 KiB/s), its slot comes back and its
+// charge is refunded (the backend never answered).
+func TestAbuseBodyDeadlineEndsAStreamedUpload(t *testing.T) {
+	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_BODY_GRACE": "1"}})
+	conf := s.g.Prefix + "/conf/nginx.conf"
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := strings.Replace(string(b), "client_max_body_size 64m;",
+		"client_max_body_size 64m;\n    proxy_request_buffering off;", 1)
+	if err := os.WriteFile(conf, []byte(streamed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	starts := strings.Count(s.g.ErrorLog(), "start worker process")
+	s.g.Signal(syscall.SIGHUP)
+	eventually(t, "nginx reloaded with streamed bodies", func() bool {
+		return strings.Count(s.g.ErrorLog(), "start worker process") >= starts+2
+	})
+	before := s.settledCharge(attackerTenant.app)
+	pr, pw := io.Pipe()
+	r, _ := http.NewRequest("PUT", s.g.URL+"/"+attackerTenant.bucket+"/streamed", pr)
+	r.ContentLength = 1000
+	r.Header.Set(abuseSource, "attacker")
+	attackerTenant.sign(r)
+	go func() {
+		for i := 0; i < 1000; i++ {
+			if _, err := pw.Write([]byte("s")); err != nil {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	resp, err := s.clientFrom("", 1).Do(r)
+	if err == nil {
+		resp.Body.Close()
+		t.Logf("answer %d", resp.StatusCode)
+	}
+	_ = pw.Close()
+	took := time.Since(start)
+	t.Logf("the streamed trickle ended after %.1f s (%v)", took.Seconds(), err)
+	if took > 5*time.Second || err == nil && resp.StatusCode < 400 {
+		t.Fatalf("the streamed trickle: %v after %s, want the connection ended by the deadline", err, took)
+	}
+	if s.backendHits("attacker") != 1 {
+		t.Fatalf("%d requests reached the backend, want the one streamed", s.backendHits("attacker"))
+	}
+	eventually(t, "the deadline counted and the slot free", func() bool {
+		return seriesSum(t, s.g, "connlimit_body_deadline_total", `app_id="attacker"`) == 1 &&
+			seriesSum(t, s.g, "connlimit_active_connections", `app_id="attacker"`) == 0
+	})
+	if d := s.settledCharge(attackerTenant.app).Minus(before); d.Total() != 0 {
+		t.Fatalf("the ended upload left a charge of %s", d)
 	}
 }

@@ -191,12 +191,17 @@ function _M.release(ctx)
     return true
 end
 
---- A request with a body of `bytes` (announced) must be done within body_grace seconds plus
--- bytes / body_min_rate: past that, its connection is ended and its slot comes back (a trickle
--- cannot hold a slot; nginx's client_body_timeout is per read only).
-function _M.body_deadline(ctx, bytes)
+-- The uploads a body deadline applies to: their backend answers once the body is in. Others
+-- with a body (CompleteMultipartUpload: the backend may assemble the object for minutes after a
+-- small body; DeleteObjects: its body is read in the access phase) have none.
+local DEADLINE_OPS = { PutObject = true, UploadPart = true, PostObject = true, Patch = true }
+
+--- An upload (op) with a body of `bytes` (announced) must be done within body_grace seconds
+-- plus bytes / body_min_rate: past that, its connection is ended and its slot comes back (a
+-- trickle cannot hold a slot; nginx's client_body_timeout is per read only).
+function _M.body_deadline(ctx, bytes, op)
     local n = ctx.tg_conn
-    if n and MIN_RATE > 0 then
+    if n and MIN_RATE > 0 and DEADLINE_OPS[op] then
         track.deadline(n, ctx.tg_conn_rid, now() + GRACE + bytes / MIN_RATE, get_request())
     end
 end

@@ -185,11 +185,11 @@ function _M.run()
     end
 
     local cost, estimate, reserve, chunked = calculator:price(a, op, headers, nkeys)
-    -- a body must arrive at a minimum rate: its deadline frees the slot of a trickle
+    -- an upload's body must arrive at a minimum rate: its deadline frees the slot of a trickle
     local body = chunked and calculator:upload_estimate(headers)
         or tonumber(headers["content-length"])
     if body and body > 0 then
-        connlimit.body_deadline(ctx, body)
+        connlimit.body_deadline(ctx, body, op)
     end
     -- rules after the connection slot and the price, before the tiers: a rule rejection
     -- charges no tier tokens, and log() gives the slot back

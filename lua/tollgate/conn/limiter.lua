@@ -31,6 +31,7 @@ local format = string.format
 local floor = math.floor
 local numvar = require("tollgate.request.numvar")
 local get_request = require("resty.core.base").get_request
+local http_version = ngx.req.http_version
 
 local _M = {
     configure = limits.configure,
@@ -201,7 +202,9 @@ local DEADLINE_OPS = { PutObject = true, UploadPart = true, PostObject = true, P
 -- trickle cannot hold a slot; nginx's client_body_timeout is per read only).
 function _M.body_deadline(ctx, bytes, op)
     local n = ctx.tg_conn
-    if n and MIN_RATE > 0 and DEADLINE_OPS[op] then
+    -- HTTP/1.x only: an HTTP/2 stream shares its connection's socket with the client's other
+    -- streams, which ending it would end too
+    if n and MIN_RATE > 0 and DEADLINE_OPS[op] and http_version() < 2 then
         track.deadline(n, ctx.tg_conn_rid, now() + GRACE + bytes / MIN_RATE, get_request())
     end
 end

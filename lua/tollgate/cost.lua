@@ -158,19 +158,28 @@ function _M.bandwidth(self, bytes, c_bw, already)
     return c
 end
 
---- Bytes a chunked upload is expected to carry: its decoded length, else the chunked estimate.
+--- Bytes a chunked upload is expected to carry: its decoded length, else the chunked estimate;
+-- never more than a Content-Length the request also announces (the bytes it can carry). The
+-- access phase caps the charge at what the app can ever hold, and the log phase settles it
+-- against the bytes that arrived.
 function _M.upload_estimate(self, headers)
     local n = tonumber(headers["x-amz-decoded-content-length"])
-    if n and n >= 0 then
-        return n
+    if not n or n < 0 then
+        n = self.chunked_estimate
     end
-    return self.chunked_estimate
+    local len = tonumber(headers["content-length"])
+    if len and len < n then
+        return len
+    end
+    return n
 end
 
 -- running average of download sizes per app, per worker (no shared-memory work per request)
 local dl_avg = {}
 
---- Bytes a download is expected to return: the Range if bounded, else the app's average.
+--- Bytes a download is expected to return: the Range if bounded, else the app's average (the
+-- access phase caps the charge at what the app can ever hold; the log phase settles it against
+-- $body_bytes_sent).
 function _M.download_estimate(a, headers)
     local range = headers["range"]
     if type(range) == "string" then

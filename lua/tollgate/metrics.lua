@@ -83,6 +83,8 @@ local HELP = {
     connlimit_cluster_peak_connections = { "gauge", "Highest requests in flight by cluster." },
     connlimit_rejected_total = { "counter", "Requests refused by the connection limiter." },
     connlimit_leaked_total = { "counter", "Slots of lost requests force-released by cleanup." },
+    connlimit_body_deadline_total = { "counter",
+        "Requests whose connection was ended past their body deadline, by app." },
     connlimit_duration_seconds = { "histogram", "Time requests held a connection slot." },
     ratelimit_circuit_state = { "gauge", "Breaker by backend: 0 closed, 1 half-open, 2 open." },
     ratelimit_circuit_rejected_total = { "counter", "Requests refused by an open breaker." },
@@ -93,7 +95,8 @@ local HELP = {
     ratelimit_s3_cost_total = { "counter",
         "Tokens charged by S3 operation (after post-hoc charges and refunds)." },
     ratelimit_auth_failures_total = { "counter",
-        "Requests the backend refused as unauthenticated (refunded), by the app charged." },
+        "Requests the backend refused as unauthenticated (refunded), and those the gateway "
+            .. "refused once their address's budget of such failures was spent, by app." },
 }
 
 local ALWAYS_DESCRIBED = { "ratelimit_s3_operations_total", "ratelimit_s3_cost_total",

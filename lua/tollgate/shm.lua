@@ -87,6 +87,7 @@ function _M.keys(id)
         target = p .. "target",                 -- adaptive reserve target
         neg = p .. "neg",                       -- negative cache: reset time while exhausted
         neg_reason = p .. "neg_reason",         -- the reason L2 gave
+        neg_need = p .. "neg_need",             -- the smallest need L2 refused meanwhile
         scarce = p .. "scarce",                 -- L2 could not fill the last request
         nodes = p .. "nodes",                   -- active nodes of the app, from the last grant
         refill_lock = p .. "refill_lock",

@@ -74,4 +74,13 @@ describe("calculate", function()
             assert.is_number(cost.DEFAULT_BASE[op], op)
         end
     end)
+    it("bounds a chunked upload's estimate by the Content-Length it also announces", function()
+        local c4 = assert(cost.new(nil, 1048576))
+        assert.are.equal(5000, c4:upload_estimate({ ["x-amz-decoded-content-length"] = "5000" }))
+        assert.are.equal(1048576, c4:upload_estimate({}))
+        -- a decoded length beyond the bytes the request can carry: what it can carry
+        assert.are.equal(110, c4:upload_estimate({ ["x-amz-decoded-content-length"] = "65536000000",
+                                                   ["content-length"] = "110" }))
+        assert.are.equal(110, c4:upload_estimate({ ["content-length"] = "110" }))
+    end)
 end)

@@ -43,6 +43,9 @@ function _M.configure(s)
         stats_interval = s.conn_stats_interval,
         config_ttl = s.conn_config_ttl,
         heartbeat = math.min(5, s.conn_timeout / 4),
+        body_min_rate = s.body_min_rate,
+        body_grace = s.body_grace,
+        client_share = s.conn_client_share,
     }
     return conn_conf
 end
@@ -105,6 +108,7 @@ function _M.entry(id, cluster)
         peak = 0, cpeak = 0,            -- lower bounds of the shared peaks seen by this worker
         s_app = "connlimit_rejected_total{" .. labels .. ',reason="app_limit_exceeded"}',
         s_cluster = "connlimit_rejected_total{" .. labels .. ',reason="cluster_limit_exceeded"}',
+        s_client = "connlimit_rejected_total{" .. labels .. ',reason="client_limit_exceeded"}',
     }
     -- the counters the alerts read exist at 0 before the app's first refusal or leak here
     metrics.zero(e.s_app)

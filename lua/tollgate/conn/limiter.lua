@@ -30,6 +30,8 @@ local WARN = ngx.WARN
 local format = string.format
 local floor = math.floor
 local numvar = require("tollgate.request.numvar")
+local get_request = require("resty.core.base").get_request
+local http_version = ngx.req.http_version
 
 local _M = {
     configure = limits.configure,
@@ -41,6 +43,8 @@ local _M = {
 
 local entry = limits.entry
 local redis_client, BG_MS, NODE
+local MIN_RATE, GRACE = 0, 0    -- body deadline (start): bytes/s, seconds
+local SHARE, IP_TTL = 1, 300    -- share of an app's slots one client address may hold
 local STATS_TTL = 300
 
 -- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
@@ -71,7 +75,8 @@ end
 local function reject(e, reason, limit, current)
     dict:incr(e.rkey, 1, 0)
     dict:incr(e.rckey, 1, 0)
-    metrics.inc(reason == "app_limit_exceeded" and e.s_app or e.s_cluster)
+    metrics.inc(reason == "app_limit_exceeded" and e.s_app
+        or reason == "client_limit_exceeded" and e.s_client or e.s_cluster)
     set_headers(limit, current)
     return false, reason, limit, current
 end
@@ -120,6 +125,19 @@ function _M.acquire(a, ctx)
         dict:incr(e.akey, -1)
         return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
     end
+    local ikey
+    if SHARE < 1 then
+        -- one client address holds at most SHARE of the app's slots (at least one)
+        local cap = floor(e.burst * SHARE)
+        ikey = "ip:" .. a.id .. ":" .. (var.remote_addr or "-")
+        local iv = dict:incr(ikey, 1, 0, IP_TTL)
+        if iv and iv > (cap > 1 and cap or 1) then
+            dict:incr(ikey, -1)
+            dict:incr(e.ckey, -1)
+            dict:incr(e.akey, -1)
+            return reject(e, "client_limit_exceeded", cap > 1 and cap or 1, iv - 1)
+        end
+    end
     local tag = e.tag
     if tag == nil then
         tag = record.tag(a.id, a.cluster) or false
@@ -127,12 +145,15 @@ function _M.acquire(a, ctx)
     end
     local n, rid = track.open(var.remote_addr, tag or nil)
     if not n then
+        if ikey then
+            dict:incr(ikey, -1)
+        end
         dict:incr(e.ckey, -1)
         dict:incr(e.akey, -1)
         log(ERR, "tollgate: connlimit_dict: ", rid, "; request admitted without a slot")
         return true
     end
-    ctx.tg_conn, ctx.tg_conn_rid, ctx.tg_conn_e = n, rid, e
+    ctx.tg_conn, ctx.tg_conn_rid, ctx.tg_conn_e, ctx.tg_conn_ip = n, rid, e, ikey or false
     if v * 10 >= e.max * 9 and (v - 1) * 10 < e.max * 9 then
         crossed(e, v)
     end
@@ -154,6 +175,9 @@ function _M.release(ctx)
         return false
     end
     local e = ctx.tg_conn_e
+    if ctx.tg_conn_ip then
+        dict:incr(ctx.tg_conn_ip, -1)
+    end
     -- in the reverse order of acquire: a release in progress never makes the cluster look
     -- fuller than the apps in it, which would refuse other apps
     local c = dict:incr(e.ckey, -1)
@@ -166,6 +190,36 @@ function _M.release(ctx)
     end
     metrics.conn_duration(held)
     return true
+end
+
+-- The uploads a body deadline applies to: their backend answers once the body is in. Others
+-- with a body (CompleteMultipartUpload: the backend may assemble the object for minutes after a
+-- small body; DeleteObjects: its body is read in the access phase) have none.
+local DEADLINE_OPS = { PutObject = true, UploadPart = true, PostObject = true, Patch = true }
+
+--- An upload (op) with a body of `bytes` (announced) must be done within body_grace seconds
+-- plus bytes / body_min_rate: past that, its connection is ended and its slot comes back (a
+-- trickle cannot hold a slot; nginx's client_body_timeout is per read only).
+function _M.body_deadline(ctx, bytes, op)
+    local n = ctx.tg_conn
+    -- HTTP/1.x only: an HTTP/2 stream shares its connection's socket with the client's other
+    -- streams, which ending it would end too
+    if n and MIN_RATE > 0 and DEADLINE_OPS[op] and http_version() < 2 then
+        track.deadline(n, ctx.tg_conn_rid, now() + GRACE + bytes / MIN_RATE, get_request())
+    end
+end
+
+-- A request the body deadline ended: counted by app, logged, an event.
+local function cut(tag, ip)
+    local app = record.untag(tag) or "_unknown"
+    metrics.inc('connlimit_body_deadline_total{app_id="' .. app .. '"}')
+    log(WARN, "tollgate: connlimit: ended a request of ", app, " from ", ip,
+        " past its body deadline")
+    events.emit({
+        event_type = "request_blocked", severity = "warning", app_id = app, ip_address = ip,
+        rule_type = "connection", action_taken = "closed",
+        reason = "body_deadline",
+    })
 end
 
 --- The 429 of a connection-limit rejection (headers were set by acquire).
@@ -291,6 +345,11 @@ function _M.start(settings, client)
     cleanup.init(conf, leaked)
     metrics.add_gauges(gauges)
     every(conf.heartbeat, track.heartbeat)
+    MIN_RATE, GRACE = conf.body_min_rate or 0, conf.body_grace or 0
+    SHARE, IP_TTL = conf.client_share or 1, conf.timeout
+    if MIN_RATE > 0 then
+        track.deadline_check(cut, math.min(1, GRACE))
+    end
     if ngx.worker.id() == 0 then
         dict:set("cleanup_last_run", floor(now()))    -- the schedule starts now
         every(conf.cleanup_interval, function() _M.cleanup() end)

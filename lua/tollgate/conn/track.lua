@@ -6,6 +6,7 @@
 -- next cleanup run claims each record (dict:add of its x: key, so an owner that resumes late can
 -- never release the same slot a second time) and gives the slot back.
 local record = require("tollgate.conn.record")
+local ffi = require("ffi")
 
 local dict = ngx.shared.connlimit_dict
 local now = ngx.now
@@ -24,6 +25,22 @@ local seq = 0
 -- time, last refresh, lost (the cleanup took it), side keys written (ts:, ti:)
 local l_rid, l_key, l_ip, l_created, l_seen, l_lost, l_side = {}, {}, {}, {}, {}, {}, {}
 local free, nfree, top = {}, 0, 0
+-- body deadlines: the time by which a request with a body must be done, and its nginx request
+-- (ngx_http_request_t *, alive while its slot is held: the log phase closes the slot)
+local l_dead, l_req = {}, {}
+local ndead = 0
+
+-- The first fields of nginx's request and connection structs (stable since nginx 1.0): the
+-- request's "HTTP" signature, its connection, the connection's socket.
+pcall(ffi.cdef, [[
+typedef struct { uint32_t signature; void *connection; } tg_ngx_request_head_t;
+typedef struct { void *data; void *read; void *write; int fd; } tg_ngx_connection_head_t;
+int shutdown(int sockfd, int how);
+]])
+local req_head_t = ffi.typeof("tg_ngx_request_head_t *")
+local conn_head_t = ffi.typeof("tg_ngx_connection_head_t *")
+local HTTP_SIGNATURE = 0x50545448
+local SHUT_RDWR = 2
 
 --- Start this worker's generation. s: timeout, heartbeat, cleanup_interval.
 function _M.init(s)
@@ -91,6 +108,87 @@ function _M.open(ip, tag)
     return n, rid
 end
 
+local on_cut, check_every = nil, 1     -- set by deadline_check()
+local armed = false
+local deadlines
+
+-- the deadline check runs only while this worker has requests with a deadline: a timer armed
+-- by the first of them, re-armed while any is left (no timer at all for body-less traffic)
+local function check(premature)
+    armed = false
+    if premature then
+        return
+    end
+    deadlines(on_cut)
+    if ndead > 0 and not armed then
+        armed = ngx.timer.at(check_every, check) and true or false
+    end
+end
+
+--- Call fn(tag, ip) for each request whose connection the deadline check ends; the check runs
+-- every `interval` seconds while a deadline is pending.
+function _M.deadline_check(fn, interval)
+    on_cut, check_every = fn, interval
+end
+
+--- Give the request rid in slot n a deadline (Unix seconds): past it, the deadline check ends
+-- the request's connection. r: the request (resty.core.base.get_request()).
+function _M.deadline(n, rid, at, r)
+    if l_rid[n] ~= rid or not r or not on_cut then
+        return
+    end
+    if not l_dead[n] then
+        ndead = ndead + 1
+    end
+    l_dead[n], l_req[n] = at, r
+    if not armed then
+        armed = ngx.timer.at(check_every, check) and true or false
+    end
+end
+
+local function clear_deadline(n)
+    if l_dead[n] then
+        l_dead[n], l_req[n] = false, false
+        ndead = ndead - 1
+    end
+end
+
+-- End the client connection of request r: shutdown(2) of its socket, which nginx sees as the
+-- client going away at its next read (the request ends as 400/499 through nginx's own path:
+-- its log phase releases the slot and refunds it). The socket is not closed here: nginx
+-- still owns the descriptor.
+local function cut(r)
+    local h = ffi.cast(req_head_t, r)
+    if h.signature ~= HTTP_SIGNATURE or h.connection == nil then
+        return false
+    end
+    local fd = ffi.cast(conn_head_t, h.connection).fd
+    return fd >= 0 and ffi.C.shutdown(fd, SHUT_RDWR) == 0
+end
+
+--- End the connections of this worker's requests past their body deadline; cut_fn(tag, ip) is
+-- called for each. Returns the number ended.
+function deadlines(cut_fn)
+    if ndead == 0 then
+        return 0
+    end
+    local t, ended = now(), 0
+    for n = 1, top do
+        local d = l_dead[n]
+        if d and t > d and l_rid[n] then
+            local r = l_req[n]
+            clear_deadline(n)
+            if cut(r) then
+                ended = ended + 1
+                local _, tag = dict:get(l_key[n])
+                cut_fn(tag, l_ip[n])
+            end
+        end
+    end
+    return ended
+end
+_M.deadlines = deadlines
+
 --- Release the record in slot n if it still holds request rid (Property 20: a second call is a
 -- no-op). Returns true when this call gave the slot back, false when the cleanup already had,
 -- nil when slot n does not hold rid; and the seconds the request held the slot.
@@ -107,6 +205,7 @@ function _M.close(n, rid)
     end
     dict:set(l_key[n], FREE)
     drop_side(n)
+    clear_deadline(n)
     local held = now() - l_created[n]
     free_slot(n)
     return won, held

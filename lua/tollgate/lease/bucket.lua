@@ -151,20 +151,26 @@ function _M.trigger_refill(a, k)
 end
 
 -- Admit `cost` from the fail-open budget (fail_open_rate tokens per second per app per node).
+-- A request costlier than the whole budget is admitted when the second's budget is untouched
+-- and takes all of it: the budget limits admissions, while the fail-open consumption (reported
+-- to L2 when Redis is back, where it is paid like any consumption) counts the full cost, which
+-- the log phase settles against the bytes that moved.
 local function fail_open(a, k, cost)
+    local rate = conf.fail_open_rate
+    local window = cost < rate and cost or rate
     local sec_key = k.fail_open .. ":" .. floor(now())
-    local v = dict:incr(sec_key, cost, 0, 2)
-    if v and v <= conf.fail_open_rate then
+    local v = dict:incr(sec_key, window, 0, 2)
+    if v and v <= rate and window > 0 then
         if dict:incr(k.fail_open, cost, 0) == cost then
             active.mark(a.id)   -- the first unreported fail-open admission
         end
         metrics.inc('ratelimit_fail_open_total{app_id="' .. a.id .. '"}')
-        return true, conf.fail_open_rate - v, "fail_open"
+        return true, rate - v, "fail_open"
     end
     if v then
-        dict:incr(sec_key, -cost)
+        dict:incr(sec_key, -window)
     end
-    return false, "fail_open_exhausted", { retry_after = 1 - (now() % 1), remaining = 0 }
+    return false, "fail_open_exhausted", { reset = floor(now()) + 1, remaining = 0 }
 end
 _M.fail_open = fail_open
 
@@ -179,9 +185,18 @@ local function wait_for(deficit, rate)
     return deficit / rate
 end
 
-local function exhausted(k, res, need)
+-- L2 could not cover `need`: refuse, and remember the refusal on this node for a short while —
+-- only for requests that need at least as much (a huge request refused says nothing about a
+-- small one: one request never locks the whole app out). The wait is the real time the app's
+-- refill needs to afford `cost` and the local debt beyond what the lease and L2 hold, at the
+-- rate L2 reported, at most retry_after_max.
+local function exhausted(k, res, need, cost)
     local rate = res[3] / 1000
-    local secs = wait_for(need - res[2], rate)
+    local deficit = cost + (dict:get(k.debt) or 0) - (dict:get(k.tokens) or 0) - res[2]
+    local secs = wait_for(deficit, rate)
+    if secs > conf.retry_after_max then
+        secs = conf.retry_after_max
+    end
     local reset = now() + secs
     local ttl = secs
     if ttl < conf.neg_cache_min then
@@ -190,6 +205,7 @@ local function exhausted(k, res, need)
         ttl = conf.neg_cache_max
     end
     dict:set(k.neg, reset, ttl)
+    dict:set(k.neg_need, need, ttl)
     local reason = res[5]
     if reason == "ok" then
         reason = "app_exhausted" -- granted less than this request needs
@@ -217,17 +233,27 @@ end
 
 -- The lease is empty: ask L2 for this request plus a reserve, under the operation timeout.
 local function slow_acquire(a, k, cost)
+    local debt = dict:get(k.debt) or 0
+    local need = cost + debt
     local reset = dict:get(k.neg)
-    if reset then
+    if reset and need >= (dict:get(k.neg_need) or 0) then
         return false, dict:get(k.neg_reason) or "app_exhausted", { reset = reset, remaining = 0 }
     end
     if not deg.allow_request() then
         return fail_open(a, k, cost)
     end
-    local debt = dict:get(k.debt) or 0
-    local need = cost + debt
     local want = floor(need + target_of(a, k))
-    local res, err = grant(a, want, need, conf.op_timeout_ms)
+    -- what L2 must add to the lease, never more than a full bucket holds: a request costlier
+    -- than the burst (the access phase caps its up-front charge at the burst) is admitted when
+    -- the bucket is full, and debt above the burst is paid a full bucket at a time
+    local min = need - (dict:get(k.tokens) or 0)
+    if min > a.burst then
+        min = a.burst
+    end
+    if min < 1 then
+        min = 1
+    end
+    local res, err = grant(a, want, min, conf.op_timeout_ms)
     if not res then
         count_error(err)
         return fail_open(a, k, cost)
@@ -252,7 +278,7 @@ local function slow_acquire(a, k, cost)
             admit(k, cost, v)
             return true, v
         end
-        return exhausted(k, res, need)
+        return exhausted(k, res, need, cost)
     end
     local rest = credit(k, granted)
     if rest >= cost then
@@ -272,7 +298,7 @@ local function slow_acquire(a, k, cost)
         admit(k, cost, v)
         return true, v
     end
-    return exhausted(k, res, need)
+    return exhausted(k, res, need, cost)
 end
 
 -- Remote mode (benchmark baseline): one L2 call per request, no lease.
@@ -350,6 +376,8 @@ function _M.refund(a, amount, source)
     local k = K(a.id)
     if source == "fail_open" then
         dict:incr(k.fail_open, -amount, 0)
+        -- and to this second's budget, which admitted the estimate (never below zero)
+        take(k.fail_open .. ":" .. floor(now()), amount)
     elseif conf.mode ~= "remote" then
         dict:incr(k.tokens, amount, 0)
         dict:incr(k.pending_cost, -amount, 0)
@@ -372,18 +400,18 @@ function _M.rollback(a, cost, source)
     log(ngx.INFO, "tollgate: rolled back ", cost, " tokens of ", a.id)
 end
 
---- Retry-After seconds for a rejection: the real wait plus a small positive jitter.
+--- Seconds (fractional) until a rejected request can be afforded: the real wait (the deficit
+-- at the app's refill rate, at most retry_after_max) plus a small positive jitter, so that
+-- clients refused together do not all come back at once and none comes back early. The
+-- response sends it as Retry-After (whole seconds, rounded up) and x-amz-retry-after (ms).
 function _M.retry_after(info)
     local secs = (info.reset or now()) - now()
     if secs < 0 then
         secs = 0
+    elseif secs > conf.retry_after_max then
+        secs = conf.retry_after_max
     end
-    secs = secs * (1 + 0.1 * random()) + 0.05 * random()
-    local r = math.ceil(secs)
-    if r < 1 then
-        r = 1
-    end
-    return r
+    return secs * (1 + 0.1 * random()) + 0.001 + 0.01 * random()
 end
 
 return _M

@@ -20,6 +20,7 @@ local reqheaders = require("tollgate.request.headers")
 local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
 local sigverify = require("tollgate.s3.sigverify")
+local authbudget = require("tollgate.request.authbudget")
 
 
 local get_method = ngx.req.get_method
@@ -163,6 +164,17 @@ function _M.run()
         ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
     end
+    -- the budget of forged traffic: an address (or a key from it) whose requests the backend
+    -- refused as unauthenticated too often is refused here until its window passes
+    local wait, failures = authbudget.spent(headers, akid)
+    if wait then
+        ctx.tg_label = id
+        count_rejection(id, "auth_failure_budget")
+        metrics.inc('ratelimit_auth_failures_total{app_id="' .. id .. '"}')
+        blocked_event(headers, id, "auth_failure_budget", "auth", 503, nil, failures)
+        return response.too_many("auth_failure_budget", 0, wait,
+            { reset = ngx.now() + wait, remaining = 0 })
+    end
     -- circuit breaker of the location's backend: refused before anything is charged
     local bok, backend, bretry = breaker.check(id, ctx)
     if not bok then
@@ -181,6 +193,12 @@ function _M.run()
     end
 
     local cost, estimate, reserve, chunked = calculator:price(a, op, headers, nkeys)
+    -- an upload's body must arrive at a minimum rate: its deadline frees the slot of a trickle
+    local body = chunked and calculator:upload_estimate(headers)
+        or tonumber(headers["content-length"])
+    if body and body > 0 then
+        connlimit.body_deadline(ctx, body, op)
+    end
     -- rules after the connection slot and the price, before the tiers: a rule rejection
     -- charges no tier tokens, and log() gives the slot back
     local rule, rretry, rremaining, dup = rules.check(a, method, headers, cost)
@@ -210,7 +228,16 @@ function _M.run()
     if op == "UploadPart" then
         covered = reservation.draw(a, uri, cost - calculator.base[op])
     end
-    local charge = cost + estimate + reserve - covered
+    -- up front at most what the app can ever hold (its burst): a costlier request is admitted
+    -- when the bucket is full and the rest is charged as the bytes move (log phase), as debt
+    -- the refill repays first
+    local upfront, deferred = cost + estimate - covered, 0
+    if upfront > a.burst and a.burst > 0 then
+        upfront, deferred, reserve = a.burst, upfront - a.burst, 0
+    elseif upfront + reserve > a.burst and a.burst > 0 then
+        reserve = a.burst - upfront
+    end
+    local charge = upfront + reserve
     local ok, x, y = l3.acquire(a, charge)
     ctx.tg_label = id
     ctx.tg_method = method
@@ -237,6 +264,11 @@ function _M.run()
     ctx.tg_chunked = chunked
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
+    ctx.tg_deferred = deferred
+    -- an upload of a known length: the header bytes read so far, so that the log phase can
+    -- charge only the body bytes that really arrived if the request fails
+    ctx.tg_head = not chunked and nkeys == nil and headers["content-length"] ~= nil
+        and tonumber(var.request_length) or false
     -- emitted by the add_header lines of nginx/tollgate_location.conf
     numvar.set("tg_c", cost)
     numvar.set("tg_r", x)

@@ -12,7 +12,7 @@ local breaker = require("tollgate.breaker.breaker")
 
 local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
-local ipmatch = require("tollgate.request.ipmatch")
+local authbudget = require("tollgate.request.authbudget")
 
 
 local get_method = ngx.req.get_method
@@ -23,14 +23,15 @@ local find = string.find
 
 local _M = {}
 
-local conf, calculator
+local calculator
 
 local KNOWN_METHODS = { GET = true, HEAD = true, PUT = true, POST = true, DELETE = true,
                         PATCH = true, OPTIONS = true }
 
 --- Settings and the cost calculator of this nginx (tollgate.handler's init).
 function _M.configure(settings, calc)
-    conf, calculator = settings, calc
+    calculator = calc
+    authbudget.configure(settings)
 end
 
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)
@@ -40,16 +41,13 @@ local function upstream_answered()
 end
 
 -- A request the backend refused as unauthenticated, refunded: counted by app (a bounded label),
--- per client IP in a one-minute window of its own dict (never a label; a spray from many
--- addresses evicts only other addresses' counts), and an event carrying the IP, that count and
--- the access key id.
-local AUTH_WINDOW = 60
-local afdict = ngx.shared.tollgate_authfail     -- nil in an nginx without the http include's dict
+-- per client address and per (key, address) for the budget of forged traffic
+-- (tollgate.request.authbudget: never a label), and an event carrying the address, its count
+-- and the access key id.
 local function auth_failed(ctx, label, method, status)
     metrics.inc('ratelimit_auth_failures_total{app_id="' .. label .. '"}')
     local headers = reqheaders.all(ctx.h)
-    local ip = ipmatch.client(var.remote_addr, headers["x-forwarded-for"], conf.trusted_proxies)
-    local n = afdict and afdict:incr(tostring(ip), 1, 0, AUTH_WINDOW)
+    local n, ip = authbudget.failed(headers, ctx.tg_akid)
     local sampled = events.take("auth_failed", label, nil)
     if not sampled then
         return
@@ -86,7 +84,10 @@ local function log_request(ctx)
         return
     end
     local op = ctx.tg_op
-    local cancelled = (status == 499 or status >= 500) and not upstream_answered()
+    -- cancelled: nothing reached the backend's answer — the client went away (499), nginx
+    -- refused the request or its body (400, 408, 413) or the backend failed (5xx); refunded
+    -- whatever the status
+    local cancelled = status >= 400 and not upstream_answered()
     -- the backend refused the request as unauthenticated (forged or unknown credentials)
     local denied = (status == 401 or status == 403) and upstream_answered()
     if cancelled or denied then
@@ -111,9 +112,23 @@ local function log_request(ctx)
         actual = calculator:bandwidth(sent, a.c_bw, ctx.tg_total)
         cost_mod.observe_download(a, sent)
     end
-    if ctx.tg_estimate > 0 or actual > 0 then
-        reservation.settle(a, ctx.tg_estimate, actual, ctx.tg_source)
+    -- a failed upload of a known length pays only for the body bytes that arrived
+    local short = 0
+    local head = ctx.tg_head
+    if head and status >= 400 then
+        local len = tonumber(var.content_length) or 0
+        local got = (tonumber(var.request_length) or 0) - head
+        if got < len then
+            short = ctx.tg_total - calculator:calculate(op, got > 0 and got or 0, a.c_bw)
+        end
     end
+    -- settle: refund an estimate above what moved, charge what moved beyond it and the part of
+    -- the price the admission deferred (local debt when the lease cannot cover it)
+    local deferred = ctx.tg_deferred
+    if ctx.tg_estimate > 0 or actual > 0 or deferred > 0 or short > 0 then
+        reservation.settle(a, ctx.tg_estimate + short, actual + deferred, ctx.tg_source)
+    end
+    actual = actual - short
     if (op == "CreateMultipartUpload" and ctx.tg_reserve > 0 and status >= 300)
             or ((op == "CompleteMultipartUpload" or op == "AbortMultipartUpload")
                 and status < 300) then

@@ -108,6 +108,7 @@ end
 -- policy: {quota, window} in cost units for the IETF RateLimit-Policy header (optional).
 -- rule_id: the rule that refused the request (reason rule_limited).
 function _M.too_many(reason, cost, retry_after, info, policy, rule_id)
+    retry_after = retry_after < 1 and 1 or ceil(retry_after)   -- l3.retry_after: fractional s
     local remaining = info.remaining or 0
     if remaining < 0 then
         remaining = 0

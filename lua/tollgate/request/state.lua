@@ -30,11 +30,11 @@ local _M = {}
 _M.FIELDS = {
     -- handler
     "tg_label", "tg_method", "tg_app", "tg_cost", "tg_total", "tg_covered", "tg_estimate",
-    "tg_reserve", "tg_chunked", "tg_op", "tg_source", "tg_akid",
+    "tg_reserve", "tg_chunked", "tg_op", "tg_source", "tg_akid", "tg_deferred", "tg_head",
     -- identity: the request carries S3 credentials (refusals in S3's dialect)
     "tg_s3",
     -- connlimit
-    "tg_conn", "tg_conn_rid", "tg_conn_e",
+    "tg_conn", "tg_conn_rid", "tg_conn_e", "tg_conn_ip",
     -- breaker
     "tg_brk", "tg_brk_k", "tg_brk_ep", "tg_brk_probe", "tg_brk_refused",
 }

@@ -78,7 +78,6 @@ func TestInvalidAppIDs(t *testing.T) {
 		status int
 		reason string
 	}{
-		{"missing", nil, 400, "missing_app_id"},
 		{"empty", []string{""}, 400, "invalid_app_id"},
 		{"space", []string{"a b"}, 400, "invalid_app_id"},
 		{"colon", []string{"demo:p1"}, 400, "invalid_app_id"},

@@ -266,8 +266,8 @@ func TestS3AdminChangesReachTheGateway(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := anon(); code != 400 {
-		t.Fatalf("anonymous GET of an unmapped bucket: %d, want 400 missing_app_id", code)
+	if code := anon(); code != 403 {
+		t.Fatalf("anonymous GET of an unmapped bucket: %d, want 403 AccessDenied (missing_app_id)", code)
 	}
 	var out struct {
 		Data struct {

@@ -86,7 +86,7 @@ function _M.init(opts)
     end
     calculator = calc
     identity.configure(conf)
-    access.configure(calculator, identity.DOMAINS[1] and identity.DOMAINS or nil)
+    access.configure(calculator, identity.DOMAINS[1] and identity.DOMAINS or nil, conf)
     log_phase.configure(conf, calculator)
     -- the headers the request path reads (identity, price, reservation estimates); rules and
     -- events read the rest through reqheaders.all

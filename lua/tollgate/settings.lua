@@ -62,6 +62,7 @@ _M.SCHEMA = {
     { key = "s3_domains", env = "TOLLGATE_S3_DOMAINS", kind = "string", default = "", doc = "comma-separated domains of virtual-hosted S3 addressing (`<bucket>.<domain>`)" },
     { key = "error_format", env = "TOLLGATE_ERROR_FORMAT", kind = "enum", values = { "auto", "s3" }, default = "auto", doc = "`auto`: refusals in S3's XML dialect for requests with S3 credentials, JSON otherwise; `s3`: S3's dialect for all" },
     { key = "s3_throttle_status", env = "TOLLGATE_S3_THROTTLE_STATUS", kind = "enum", values = { "503", "429" }, default = "503", doc = "HTTP status of S3 `SlowDown` refusals" },
+    { key = "max_body_size", env = "TOLLGATE_MAX_BODY_SIZE", kind = "integer", default = 5368709120, min = 0, doc = "largest request body (bytes) a request may announce; a larger one is refused before its body with `413` (`EntityTooLarge` in S3's dialect)" },
     { key = "cost_list", env = "TOLLGATE_COSTS", kind = "string", default = "", doc = "base costs of S3 operations or their classes, e.g. `ListObjectsV2=4,PUT=6` (docs/s3.md); the `costs` option replaces it" },
     { key = "conn_app_limit", env = "TOLLGATE_CONN_APP_LIMIT", kind = "integer", default = 1000, min = 1, doc = "requests in flight per app and node when Redis has no `connlimit:{c}:config:<app>`" },
     { key = "conn_cluster_limit", env = "TOLLGATE_CONN_CLUSTER_LIMIT", kind = "integer", default = 5000, min = 1, doc = "requests in flight per cluster and node when Redis has no `connlimit:{c}:cluster`" },

@@ -104,7 +104,7 @@ func Render(t testing.TB, prefix string, listen, metricsListen, backend string, 
 		t.Fatal(err)
 	}
 	conf := strings.NewReplacer(
-		"@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
+		"@TMP@", filepath.Join(prefix, "tmp"), "@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
 		"@METRICS_LISTEN@", metricsListen, "@METRICS_ALLOW@", MetricsAllow,
 		"@WORKERS@", strconv.Itoa(workers), "@LOG_LEVEL@", level, "@EXTRA_HTTP@", extra,
 		// the suites read nginx's own view of each request's duration from this log

@@ -90,7 +90,7 @@ func renderFile(src source, dst string, l Layout, extra string) error {
 		return fmt.Errorf("nginxenv: read template for %s: %w", dst, err)
 	}
 	out := strings.NewReplacer(
-		"@PREFIX@", l.Prefix, "@REPO@", l.Repo, "@LISTEN@", l.Listen, "@BACKEND@", l.Backend,
+		"@TMP@", filepath.Join(l.Prefix, "tmp"), "@PREFIX@", l.Prefix, "@REPO@", l.Repo, "@LISTEN@", l.Listen, "@BACKEND@", l.Backend,
 		"@WORKERS@", strconv.Itoa(l.Workers), "@LOG_LEVEL@", l.LogLevel, "@EXTRA_HTTP@", extra,
 		"@ACCESS_LOG@", "access_log off;", "@METRICS_LISTEN@", l.MetricsListen,
 		"@METRICS_ALLOW@", "allow 127.0.0.0/8; allow ::1; deny all;",

@@ -13,6 +13,7 @@ local breaker = require("tollgate.breaker.breaker")
 local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 local ipmatch = require("tollgate.request.ipmatch")
+local numvar = require("tollgate.request.numvar")
 
 
 local get_method = ngx.req.get_method
@@ -96,6 +97,7 @@ local function log_request(ctx)
             reservation.close(a, var.uri)
         end
         metrics.request(label, method, status, nil)
+        numvar.set("tg_s", 0)       -- $tg_s: the settled cost (refunded)
         if denied then
             metrics.operation(op, 0)
             auth_failed(ctx, label, method, status)
@@ -121,6 +123,7 @@ local function log_request(ctx)
     end
     metrics.request(label, method, status, ctx.tg_total + actual)
     metrics.operation(op, ctx.tg_total + actual)
+    numvar.set("tg_s", ctx.tg_total + actual)   -- $tg_s: the settled cost, for the access log
 end
 
 function _M.run()

@@ -290,7 +290,7 @@ func TestS3AdminChangesReachTheGateway(t *testing.T) {
 	if code := st.api.do("DELETE", "/api/v1/buckets/public-site", nil, nil); code != 204 {
 		t.Fatalf("unmap: %d", code)
 	}
-	eventually(t, "the unmapped bucket refused to anonymous requests", func() bool { return anon() == 400 })
+	eventually(t, "the unmapped bucket refused to anonymous requests", func() bool { return anon() == 403 })
 
 	// the app goes, and its key with it
 	var del struct {

@@ -54,7 +54,8 @@ local REFUSALS = {
     -- the backend's circuit breaker (metrics.blocked counts it per app)
     circuit_open = { status = 503, s3 = "ServiceUnavailable", event = "breaker" },
     -- rate limits
-    rule_limited = { status = 429, throttle = true, metric = true, event = "rule" },
+    -- (its event is the rule check's rule_triggered, with the rule: tollgate.rules.check)
+    rule_limited = { status = 429, throttle = true, metric = true },
     emergency_blocked = { status = 429, throttle = true, metric = true, event = "tier" },
     fail_open_exhausted = { status = 429, throttle = true, event = "tier" },
     -- connection slots (tollgate.conn.limiter counts them in its own metrics)

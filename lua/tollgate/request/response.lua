@@ -152,6 +152,10 @@ local function waits_for_continue()
     return (len ~= nil and len ~= "0") or var.http_transfer_encoding ~= nil
 end
 
+-- the connection limiter's headers (nginx/tollgate_location.conf's add_header lines)
+local ADDED = { { "X-Connection-Limit", "tg_cl" }, { "X-Connection-Current", "tg_cc" },
+                { "X-Connection-Remaining", "tg_cr" } }
+
 -- The answer on the raw connection: status line, the headers set so far, Connection: close.
 local function send_raw(status, body)
     ngx.status = status     -- what the log phase and the access log see
@@ -163,6 +167,13 @@ local function send_raw(status, body)
                 value = concat(value, ", ")
             end
             lines[#lines + 1] = name .. ": " .. tostring(value)
+        end
+    end
+    -- what the location's add_header lines would add (the header filter does not run here)
+    for i = 1, #ADDED do
+        local v = var[ADDED[i][2]]
+        if v ~= nil and v ~= "" then
+            lines[#lines + 1] = ADDED[i][1] .. ": " .. v
         end
     end
     lines[#lines + 1] = "Content-Length: " .. #body

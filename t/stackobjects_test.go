@@ -119,7 +119,11 @@ func TestStackScriptMovesRealObjects(t *testing.T) {
 	for i := 0; i < 400; i++ {
 		objs = append(objs, fmt.Sprintf(`{"Key":"a-rather-long-key-name-to-fill-the-body-%04d"}`, i))
 	}
-	aws("s3api", "delete-objects", "--bucket", "objects", "--delete", `{"Objects":[`+strings.Join(objs, ",")+`]}`)
+	del := filepath.Join(dir, "delete.json")
+	if err := os.WriteFile(del, []byte(`{"Objects":[`+strings.Join(objs, ",")+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aws("s3api", "delete-objects", "--bucket", "objects", "--delete", "file://"+del)
 	el, _ := os.ReadFile(filepath.Join(run, "gateway", "logs", "error.log"))
 	if strings.Contains(string(el), "Permission denied") || strings.Contains(string(el), "[crit]") {
 		t.Fatalf("gateway error.log:\n%s", tailBytes(string(el), 3000))

@@ -20,19 +20,30 @@ end
 local arg = credentials.arg
 
 local SLASH = byte("/")
+local QMARK = byte("?")
 local tonumber = tonumber
 local char = string.char
 
 --- The path of a raw request target ($request_uri) as S3 servers read it: everything before the
 -- "?", undecoded — no dot-segment removal, no merging of "//", "%2F" still encoded (the key is
 -- decoded from it by the backend, after the bucket is split off). An absolute-form target
--- ("http://host/path") gives its path.
-function _M.raw_path(target)
+-- ("http://host/path") gives its path. has_query false (the request's query string is empty)
+-- spares the search for the "?".
+function _M.raw_path(target, has_query)
     if type(target) ~= "string" or target == "" then
         return "/"
     end
-    local q = find(target, "?", 1, true)
-    local path = q and sub(target, 1, q - 1) or target
+    local path = target
+    if has_query == false then      -- no query string: a "?" can only be the last character
+        if byte(target, -1) == QMARK then
+            path = sub(target, 1, -2)
+        end
+    else
+        local q = find(target, "?", 1, true)
+        if q then
+            path = sub(target, 1, q - 1)
+        end
+    end
     if byte(path, 1) ~= SLASH then
         local scheme = find(path, "://", 1, true)
         if scheme then

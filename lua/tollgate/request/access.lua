@@ -95,7 +95,7 @@ function _M.run()
     local q = reqheaders.query()
     -- the request target as the client sent it, which is what the backend parses: $uri is
     -- nginx's normalised path (dot-segments resolved, %XX decoded)
-    local path = s3.raw_path(var.request_uri)
+    local path = s3.raw_path(var.request_uri, q ~= nil)
     local vbucket = DOMAINS and s3.vhost_bucket(headers.host, DOMAINS) or nil
     local op = s3.operation(method, s3.level(vbucket, path), q, headers["x-amz-copy-source"] ~= nil)
     if not config.current() then

@@ -110,8 +110,9 @@ function _M.run()
         if why == "unknown_access_key" and config.version() == nil then
             id = "_s3"      -- no config was ever loaded: fail-open below, one budget for keys
         else
-            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or why,
-                response.row(why).status)
+            -- (a reason REFUSALS does not list is a 400: InvalidRequest in S3's dialect)
+            local row = response.REFUSALS[why]
+            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or why, row and row.status or 400)
         end
     end
     local a = config.cached(id)

@@ -112,7 +112,8 @@ function _M.run()
         else
             -- (a reason REFUSALS does not list is a 400: InvalidRequest in S3's dialect)
             local row = response.REFUSALS[why]
-            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or why, row and row.status or 400)
+            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or why,
+                row and row.status or 400)
         end
     end
     local a = config.cached(id)

@@ -129,6 +129,12 @@ func TestRefusalIsAnsweredBeforeTheBody(t *testing.T) {
 			}
 		})
 	}
+	// a refused presigned request: S3's Resource is the path (the signature stays out of answers
+	// and events)
+	r := g.Do("GET", "/bkt/../k?"+presignV4("AKIANOBODYNOBODY"), "", nil, nil)
+	if e := parseS3Error(t, r); r.Status != 403 || e.Resource != "/bkt/../k" || strings.Contains(string(r.Body), "Signature") {
+		t.Fatalf("refused presigned GET: %d %s", r.Status, r.Body)
+	}
 	// an admitted request waiting for 100 Continue gets it, and its body reaches the backend
 	status, _, _, _ := rawExchange(t, g, putHead("/bkt/obj", map[string]string{"X-App-Id": "demo-p0"}, 10))
 	if !strings.HasPrefix(status, "100") {

@@ -111,7 +111,8 @@ local function blocked_event(st, id, reason, rule_type, status, limit, current, 
     events.push({
         event_type = "request_blocked", severity = "warning", app_id = id,
         ip_address = var.remote_addr, user_agent = type(ua) == "string" and ua or nil,
-        endpoint = var.request_uri, http_method = ngx.req.get_method(),
+        -- the raw path without the query string (a presigned URL's signature stays out of events)
+        endpoint = s3.raw_path(var.request_uri), http_method = ngx.req.get_method(),
         request_id = var.request_id, rule_type = rule_type, rule_id = rule_id,
         limit_value = limit, current_usage = current, action_taken = "blocked",
         response_code = status, reason = reason, access_key_id = st and st.tg_akid or nil,
@@ -207,7 +208,7 @@ end
 local function send_s3(status, code, message, reason, extra)
     header["X-Tollgate-Reason"] = reason
     return finish(status, "application/xml",
-        s3.error_xml(code, message or S3_MESSAGES[code] or code, var.request_uri,
+        s3.error_xml(code, message or S3_MESSAGES[code] or code, s3.raw_path(var.request_uri),
             var.request_id, extra))
 end
 

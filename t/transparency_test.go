@@ -510,3 +510,22 @@ func TestDotSegmentKeysEndToEnd(t *testing.T) {
 		t.Fatalf("listing: %v, %d objects, %d stored", err, len(list.Contents), stored)
 	}
 }
+
+// An open circuit breaker refuses an upload before its body too, with both retry hints.
+func TestBreakerRefusalBeforeTheBody(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putAccessKey(akidP1, "demo-p1")
+	waitKnown(t, g, akidP1)
+	s.putBreaker("default", breakerCfg(map[string]any{"open_timeout_ms": 60000}))
+	auth := map[string]string{"Authorization": sigV4(akidP1)}
+	g.T("fail?status=503", nil)
+	eventually(t, "the breaker refuses", func() bool {
+		return g.Do("GET", "/bkt/k", "", nil, auth).Header.Get("X-Tollgate-Reason") == "circuit_open"
+	})
+	status, hdr, body, closed := rawExchange(t, g, putHead("/bkt/obj", auth, 3000000))
+	if !strings.HasPrefix(status, "503") || !closed || !strings.Contains(body, "<Code>ServiceUnavailable</Code>") {
+		t.Fatalf("breaker refusal of an upload: %q closed %v %q", status, closed, body)
+	}
+	checkRetryHints(t, hdr)
+}

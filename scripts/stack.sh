@@ -94,6 +94,12 @@ stop_all() {
         fi
     done
     rm -f "$PIDS"
+    if [ -f "$RUN_DIR/gateway-tmp" ]; then
+        local d
+        d=$(cat "$RUN_DIR/gateway-tmp")
+        case $d in */tollgate-gateway.*) rm -rf -- "$d" ;; esac
+        rm -f "$RUN_DIR/gateway-tmp"
+    fi
 }
 
 # The private Redis' secrets: a password for the default user (the control plane) and one for
@@ -193,13 +199,10 @@ start_all() {
         TOLLGATE_SECRETS_KEY_FILE=$SECRETS_KEY_FILE start_bg controlplane "$BIN_DIR/tollgate-controlplane"
     wait_for "control plane (http://$CP_ADDR)" curl -sf "http://$CP_ADDR/health"
 
-    TOLLGATE_METRICS_ADDR=$METRICS_ADDR "$repo/scripts/render-gateway.sh" "$RUN_DIR/gateway" \
+    gateway_tmp
+    TOLLGATE_METRICS_ADDR=$METRICS_ADDR TOLLGATE_GATEWAY_TMP=$GATEWAY_TMP \
+        "$repo/scripts/render-gateway.sh" "$RUN_DIR/gateway" \
         "$GATEWAY_ADDR" "$BACKEND_ADDR" "$WORKERS" notice >/dev/null
-    if [ "$(id -u)" = 0 ]; then
-        # a root master runs its workers as nobody, who must reach the prefix (and only that:
-        # search permission, no listing; the secrets are 0600 in 0700 directories)
-        chmod 711 "$RUN_DIR" "$RUN_DIR/gateway" "$RUN_DIR/gateway/lua"
-    fi
     # virtual-hosted S3 addressing: http://<bucket>.s3.localhost:<port>/<key>
     TOLLGATE_REDIS_URL=$GATEWAY_REDIS_URL TOLLGATE_NODE_ID=$NODE_ID \
         TOLLGATE_SECRETS_KEY_FILE=$SECRETS_KEY_FILE TOLLGATE_S3_DOMAINS=${TOLLGATE_S3_DOMAINS:-s3.localhost} \
@@ -292,6 +295,30 @@ start_versitygw() {
         -X PUT "http://$BACKEND_ADDR/bucket") || true
     case $code in 200|409) ;; *) die "versitygw refused to create the demo bucket (HTTP $code; logs in $RUN_DIR/logs)" ;; esac
     BACKEND_NOTE="versitygw; root key in $d/root.*-key"
+}
+
+# The gateway's temporary files (a DeleteObjects or browser-form body nginx keeps while it is
+# read; nothing else is buffered to disk). A root master runs its workers as nobody, who must
+# reach them: search permission on the run directory's path (no listing; the secrets are 0600
+# in 0700 directories), and nginx creates the directories in tmp owned by nobody, 0700. A run
+# directory nobody cannot reach (a checkout in a 0700 home, as /root is) gets its temporary
+# files in a fresh private directory under ${TMPDIR:-/tmp} instead, removed by `down`.
+GATEWAY_TMP=""
+gateway_tmp() {
+    local gw="$RUN_DIR/gateway"
+    GATEWAY_TMP="$gw/tmp"
+    mkdir -p "$gw/tmp"
+    [ "$(id -u)" = 0 ] || return 0
+    chmod 711 "$RUN_DIR" "$gw" "$gw/tmp"
+    mkdir -p "$gw/lua" && chmod 711 "$gw/lua"
+    local worker
+    worker=$(id -un nobody 2>/dev/null) || die "user nobody is missing (nginx runs its workers as nobody)"
+    if ! runuser -u "$worker" -- test -x "$gw/tmp" 2>/dev/null; then
+        GATEWAY_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tollgate-gateway.XXXXXX")
+        chmod 711 "$GATEWAY_TMP"
+        echo "$GATEWAY_TMP" > "$RUN_DIR/gateway-tmp"
+        log "$RUN_DIR is out of reach of nginx's workers ($worker): their temporary files go to $GATEWAY_TMP"
+    fi
 }
 
 # PING the private Redis with the default user's password (from the environment, not argv)

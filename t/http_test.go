@@ -78,7 +78,6 @@ func TestInvalidAppIDs(t *testing.T) {
 		status int
 		reason string
 	}{
-		{"missing", nil, 400, "missing_app_id"},
 		{"empty", []string{""}, 400, "invalid_app_id"},
 		{"space", []string{"a b"}, 400, "invalid_app_id"},
 		{"colon", []string{"demo:p1"}, 400, "invalid_app_id"},
@@ -268,9 +267,9 @@ func TestMonitoringHasItsOwnListener(t *testing.T) {
 		return strings.Contains(string(g.Monitor("/metrics").Body), `app_id="demo-p0"`)
 	})
 	for _, p := range []string{"/health", "/metrics"} {
-		if r := g.Do("GET", p, "", nil, nil); r.Status != 400 ||
+		if r := g.Do("GET", p, "", nil, nil); r.Status != 403 || r.Header.Get("X-Tollgate-Reason") != "missing_app_id" ||
 			strings.Contains(string(r.Body), "ratelimit_") || strings.Contains(string(r.Body), "config_version") {
-			t.Fatalf("tenant listener, %s without an app id: %d %s, want the gateway's 400", p, r.Status, r.Body)
+			t.Fatalf("tenant listener, %s without an app id: %d %s, want the gateway's 403", p, r.Status, r.Body)
 		}
 		if r := g.Do("GET", p, "demo-p1", nil, nil); strings.Contains(string(r.Body), "ratelimit_") ||
 			strings.Contains(string(r.Body), "config_version") {
@@ -293,7 +292,7 @@ func TestMetricsExposition(t *testing.T) {
 	g.Do("GET", "/bucket/k", "", nil, nil)
 	want := []string{
 		`ratelimit_requests_total{app_id="demo-p2",method="GET",status="200"} 20`,
-		`ratelimit_requests_total{app_id="_invalid",method="GET",status="400"} 1`,
+		`ratelimit_requests_total{app_id="_invalid",method="GET",status="403"} 1`,
 		`# TYPE ratelimit_request_cost histogram`,
 		`ratelimit_request_cost_bucket{le="+Inf"} 20`,
 		`ratelimit_request_cost_count 20`,

@@ -238,7 +238,9 @@ func TestS3IdentitySources(t *testing.T) {
 	untrusted := newStack(t, stackOptions{env: map[string]string{
 		"TOLLGATE_APP_HEADER_FROM": "trusted", "TOLLGATE_TRUSTED_PROXIES": "10.0.0.0/8"}})
 	r := untrusted.gw().Do("GET", "/bkt/k", "demo-p1", nil, nil)
-	if r.Status != 400 || !strings.Contains(string(r.Body), "missing_app_id") {
+	// the header is ignored: an anonymous S3 request without an owner, refused as S3 does
+	if r.Status != 403 || r.Header.Get("X-Tollgate-Reason") != "missing_app_id" ||
+		parseS3Error(t, r).Code != "AccessDenied" {
 		t.Fatalf("header from an untrusted client: %d %s", r.Status, r.Body)
 	}
 	trusted := newStack(t, stackOptions{env: map[string]string{
@@ -254,13 +256,13 @@ func TestS3IdentitySources(t *testing.T) {
 		t.Fatalf("var source: %d %s", r.Status, r.Body)
 	}
 	waitCharged(t, g, "demo-p2", "GET", before+1)
-	if r := g.Do("GET", "/bkt/k", "demo-p2", nil, nil); r.Status != 400 {
-		t.Fatalf("X-App-Id is not a source here: %d %s", r.Status, r.Body)
+	if r := g.Do("GET", "/bkt/k", "demo-p2", nil, nil); r.Status != 403 || parseS3Error(t, r).Code != "AccessDenied" {
+		t.Fatalf("X-App-Id is not a source here (an anonymous request): %d %s", r.Status, r.Body)
 	}
 }
 
 // Anonymous requests to a bucket of the bucket map are charged to its owner; to other buckets
-// they are refused as before.
+// they are refused as S3 refuses them (403 AccessDenied).
 func TestS3AnonymousRequestsChargeTheBucketOwner(t *testing.T) {
 	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_S3_DOMAINS": "s3.localhost"}})
 	g := s.gw()
@@ -276,7 +278,8 @@ func TestS3AnonymousRequestsChargeTheBucketOwner(t *testing.T) {
 		t.Fatalf("virtual-hosted: %d %s", r.Status, r.Body)
 	}
 	waitCharged(t, g, "demo-p2", "GET", before+2)
-	if r := g.Do("GET", "/private/b.txt", "", nil, nil); r.Status != 400 {
+	if r := g.Do("GET", "/private/b.txt", "", nil, nil); r.Status != 403 || parseS3Error(t, r).Code != "AccessDenied" ||
+		r.Header.Get("X-Tollgate-Reason") != "missing_app_id" {
 		t.Fatalf("bucket outside the map: %d %s", r.Status, r.Body)
 	}
 }

@@ -272,8 +272,8 @@ func TestS3AdminChangesReachTheGateway(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := anon(); code != 400 {
-		t.Fatalf("anonymous GET of an unmapped bucket: %d, want 400 missing_app_id", code)
+	if code := anon(); code != 403 {
+		t.Fatalf("anonymous GET of an unmapped bucket: %d, want 403 AccessDenied (missing_app_id)", code)
 	}
 	var out struct {
 		Data struct {
@@ -296,7 +296,7 @@ func TestS3AdminChangesReachTheGateway(t *testing.T) {
 	if code := st.api.do("DELETE", "/api/v1/buckets/public-site", nil, nil); code != 204 {
 		t.Fatalf("unmap: %d", code)
 	}
-	eventually(t, "the unmapped bucket refused to anonymous requests", func() bool { return anon() == 400 })
+	eventually(t, "the unmapped bucket refused to anonymous requests", func() bool { return anon() == 403 })
 
 	// the app goes, and its key with it
 	var del struct {

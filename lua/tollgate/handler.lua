@@ -89,7 +89,7 @@ function _M.init(opts)
     calculator = calc
     identity.configure(conf)
     sigsecrets.configure(conf.secrets_key_file)
-    access.configure(calculator, identity.DOMAINS[1] and identity.DOMAINS or nil)
+    access.configure(calculator, identity.DOMAINS[1] and identity.DOMAINS or nil, conf)
     log_phase.configure(conf, calculator)
     -- the headers the request path reads (identity, price, reservation estimates); rules and
     -- events read the rest through reqheaders.all

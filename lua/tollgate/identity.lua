@@ -272,6 +272,7 @@ function _M.identify(ctx, headers, q, op, vbucket, uri)
             local v = headers[app_header_lc]
             if v ~= nil and (not TRUSTED_ONLY
                     or ipmatch.any(TRUSTED, ipmatch.parse(var.remote_addr) or "")) then
+                ctx.tg_named = true
                 if type(v) == "table" then
                     return nil, "duplicate_app_id"
                 end
@@ -280,6 +281,7 @@ function _M.identify(ctx, headers, q, op, vbucket, uri)
         else
             local v = var[src[2]]
             if v ~= nil and v ~= "" then
+                ctx.tg_named = true
                 return v
             end
         end

@@ -20,6 +20,52 @@ end
 local arg = credentials.arg
 
 local SLASH = byte("/")
+local QMARK = byte("?")
+local tonumber = tonumber
+local char = string.char
+
+--- The path of a raw request target ($request_uri) as S3 servers read it: everything before the
+-- "?", undecoded — no dot-segment removal, no merging of "//", "%2F" still encoded (the key is
+-- decoded from it by the backend, after the bucket is split off). An absolute-form target
+-- ("http://host/path") gives its path. has_query false (the request's query string is empty)
+-- spares the search for the "?".
+function _M.raw_path(target, has_query)
+    if type(target) ~= "string" or target == "" then
+        return "/"
+    end
+    local path = target
+    if has_query == false then      -- no query string: a "?" can only be the last character
+        if byte(target, -1) == QMARK then
+            path = sub(target, 1, -2)
+        end
+    else
+        local q = find(target, "?", 1, true)
+        if q then
+            path = sub(target, 1, q - 1)
+        end
+    end
+    if byte(path, 1) ~= SLASH then
+        local scheme = find(path, "://", 1, true)
+        if scheme then
+            local slash = find(path, "/", scheme + 3, true)
+            path = slash and sub(path, slash) or "/"
+        end
+    end
+    return path
+end
+
+local function hexchar(h)
+    return char(tonumber(h, 16))
+end
+
+--- %XX-decode s (pure Lua, for the few names that carry a "%").
+local function unescape(s)
+    if not find(s, "%", 1, true) then
+        return s
+    end
+    return (gsub(s, "%%(%x%x)", hexchar))
+end
+_M.unescape = unescape
 
 --- The domain a Host header's bucket is relative to. domains: array of lower-case domains.
 -- Returns the bucket of a virtual-hosted request ("bkt" of "bkt.s3.localhost:8080"), or nil
@@ -61,15 +107,17 @@ function _M.level(vbucket, path)
     return "object"
 end
 
---- Bucket and key of a request: vbucket (from vhost_bucket) or the first path segment.
--- Returns bucket (nil for the service: ListBuckets), key (nil at bucket level).
+--- Bucket and key of a request: vbucket (from vhost_bucket) or the first path segment of the
+-- raw path (raw_path). Returns bucket (nil for the service: ListBuckets) and key (nil at bucket
+-- level), both %XX-decoded as S3 servers decode them: "/bkt/../k" is key "../k" of "bkt",
+-- "/bkt//k" key "/k", "/bkt/a%2Fb" key "a/b", "/bkt/a;b" key "a;b".
 function _M.address(vbucket, path)
     path = path or "/"
     if vbucket then
         if path == "/" or path == "" then
             return vbucket, nil
         end
-        return vbucket, sub(path, byte(path, 1) == SLASH and 2 or 1)
+        return vbucket, unescape(sub(path, byte(path, 1) == SLASH and 2 or 1))
     end
     if path == "/" or path == "" then
         return nil, nil
@@ -77,10 +125,10 @@ function _M.address(vbucket, path)
     local start = byte(path, 1) == SLASH and 2 or 1
     local slash = find(path, "/", start, true)
     if not slash then
-        return sub(path, start), nil
+        return unescape(sub(path, start)), nil
     end
     local key = sub(path, slash + 1)
-    return sub(path, start, slash - 1), key ~= "" and key or nil
+    return unescape(sub(path, start, slash - 1)), key ~= "" and unescape(key) or nil
 end
 
 -- Sub-resources of buckets and objects that are configuration, priced as metadata operations.

@@ -104,11 +104,12 @@ func Render(t testing.TB, prefix string, listen, metricsListen, backend string, 
 		t.Fatal(err)
 	}
 	conf := strings.NewReplacer(
-		"@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
+		"@TMP@", filepath.Join(prefix, "tmp"), "@PREFIX@", prefix, "@REPO@", repo, "@LISTEN@", listen, "@BACKEND@", backend,
 		"@METRICS_LISTEN@", metricsListen, "@METRICS_ALLOW@", MetricsAllow,
 		"@WORKERS@", strconv.Itoa(workers), "@LOG_LEVEL@", level, "@EXTRA_HTTP@", extra,
 		// the suites read nginx's own view of each request's duration from this log
-		"@ACCESS_LOG@", "log_format tgtest '$request_time $status $uri'; access_log "+
+		// and the settled cost ($tg_s) and the bytes received ($request_length) of each request
+		"@ACCESS_LOG@", "log_format tgtest '$request_time $status $uri $tg_s $request_length'; access_log "+
 			filepath.Join(prefix, "logs", "access.log")+" tgtest;",
 	).Replace(string(tmpl))
 	path := filepath.Join(prefix, "conf", "nginx.conf")
@@ -280,13 +281,20 @@ func (g *Gateway) SlowestRequest(prefix string) time.Duration {
 	var slowest float64
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 3 && strings.HasPrefix(f[2], prefix) {
+		if len(f) >= 3 && strings.HasPrefix(f[2], prefix) {
 			if v, err := strconv.ParseFloat(f[0], 64); err == nil && v > slowest {
 				slowest = v
 			}
 		}
 	}
 	return time.Duration(slowest * float64(time.Second))
+}
+
+// AccessLog returns the lines of the access log ($request_time $status $uri $tg_s
+// $request_length).
+func (g *Gateway) AccessLog() []string {
+	b, _ := os.ReadFile(filepath.Join(g.Prefix, "logs", "access.log"))
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
 // ErrorLog returns the contents of nginx's error.log.

@@ -243,3 +243,38 @@ describe("S3 error bodies", function()
         assert.is_nil(s3.error_code("<html>denied</html>"))
     end)
 end)
+
+describe("the raw request target", function()
+    it("gives the path as sent: no dot-segment removal, no merged slashes, %XX kept", function()
+        for target, want in pairs({
+            ["/bkt/../k"] = "/bkt/../k", ["/bkt//k?x=1"] = "/bkt//k",
+            ["/bkt/a%2Fb?uploads"] = "/bkt/a%2Fb",
+            ["/bkt/k?"] = "/bkt/k", ["http://h:8080/bkt/k?a"] = "/bkt/k", ["http://h"] = "/",
+            [""] = "/",
+        }) do
+            assert.are.equal(want, s3.raw_path(target), target)
+        end
+        -- the caller knows there is no query string: only a trailing "?" goes
+        assert.are.equal("/bkt/k", s3.raw_path("/bkt/k?", false))
+        assert.are.equal("/bkt/k", s3.raw_path("/bkt/k", false))
+        assert.are.equal("/bkt/k", s3.raw_path("/bkt/k?list-type=2", true))
+    end)
+    it("splits bucket and key as S3 servers do, %XX-decoded", function()
+        for path, want in pairs({
+            ["/bkt/../k"] = { "bkt", "../k", "object" }, ["/bkt/.."] = { "bkt", "..", "object" },
+            ["/bkt//k"] = { "bkt", "/k", "object" }, ["/bkt/a%2Fb"] = { "bkt", "a/b", "object" },
+            ["/bkt/%2E%2E/k"] = { "bkt", "../k", "object" },
+            ["/bkt/a;b=c"] = { "bkt", "a;b=c", "object" },
+            ["/bkt/"] = { "bkt", nil, "bucket" }, ["/bkt"] = { "bkt", nil, "bucket" },
+            ["/"] = { nil, nil, "service" },
+        }) do
+            local b, k = s3.address(nil, path)
+            assert.are.equal(want[1], b, path)
+            assert.are.equal(want[2], k, path)
+            assert.are.equal(want[3], s3.level(nil, path), path)
+        end
+        local b, k = s3.address("vh", "/../k")
+        assert.are.equal("vh", b)
+        assert.are.equal("../k", k)
+    end)
+end)

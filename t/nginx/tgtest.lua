@@ -323,12 +323,36 @@ function _M.handle()
     return fn()
 end
 
+-- The body's length and MD5 (hex), read whole.
+local function digest()
+    ngx.req.read_body()
+    local body = ngx.req.get_body_data()
+    if not body then
+        local path = ngx.req.get_body_file()
+        local f = path and io.open(path, "rb")
+        body = f and f:read("*a") or ""
+        if f then
+            f:close()
+        end
+    end
+    return #body, ngx.md5(body)
+end
+
 -- The storage backend: ?size=N answers N bytes, ?ms=N waits first, ?code=N answers that status
--- (so does every request while /_t/fail is in force).
+-- (so does every request while /_t/fail is in force), ?digest answers the body's length and MD5
+-- in X-Test-Body. Every answer says what arrived: X-Test-Uri (the request target as received),
+-- X-Test-TE (its Transfer-Encoding) and X-Test-Hits (requests the backend saw so far).
 function _M.backend()
-    ngx.req.discard_body()
-    tdict:incr("test:backend:hits", 1, 0)
+    ngx.header["X-Test-Uri"] = ngx.var.request_uri
+    ngx.header["X-Test-TE"] = ngx.var.http_transfer_encoding or ""
     local args = ngx.req.get_uri_args()
+    if args.digest then
+        local n, md5 = digest()
+        ngx.header["X-Test-Body"] = n .. " " .. md5
+    else
+        ngx.req.discard_body()
+    end
+    ngx.header["X-Test-Hits"] = tdict:incr("test:backend:hits", 1, 0)
     local ms = tonumber(args.ms)
     if ms then
         ngx.sleep(ms / 1000)

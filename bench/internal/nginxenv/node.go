@@ -37,6 +37,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for a loaded config and a proxied request (default 15 s;
 	// the scale benchmark's nodes load 100,000 apps)
 	ReadyTimeout time.Duration
+	// Backend is the address (host:port) of an external storage backend the variant proxies to
+	// (default: a server block in the same nginx, serving the benchmark's object)
+	Backend string
 	// Zones sizes shared dicts of a tollgate variant (zone → nginx size, e.g. "config_dict":
 	// "64m"); the others keep nginx/tollgate_http.conf's sizes
 	Zones map[string]string
@@ -48,6 +51,8 @@ type Node struct {
 	BaseURL string // http://127.0.0.1:port
 	// MetricsURL is the base URL of a tollgate variant's /health and /metrics
 	MetricsURL string
+	// BackendURL is the base URL of the storage backend server block in the same nginx
+	BackendURL string
 	Prefix     string
 	app        string
 	p          *proc.Process
@@ -62,9 +67,13 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nginxenv: %w", err)
 	}
-	backend, err := proc.FreePort()
-	if err != nil {
-		return nil, fmt.Errorf("nginxenv: %w", err)
+	backendAddr := o.Backend
+	if backendAddr == "" {
+		backend, err := proc.FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("nginxenv: %w", err)
+		}
+		backendAddr = "127.0.0.1:" + strconv.Itoa(backend)
 	}
 	metrics, err := proc.FreePort()
 	if err != nil {
@@ -74,7 +83,7 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		Prefix: o.Prefix, Repo: o.Repo, Workers: o.Workers, LogLevel: "warn",
 		Listen:        "127.0.0.1:" + strconv.Itoa(listen),
 		MetricsListen: "127.0.0.1:" + strconv.Itoa(metrics),
-		Backend:       "127.0.0.1:" + strconv.Itoa(backend),
+		Backend:       backendAddr, ExternalBackend: o.Backend != "",
 	})
 	if err != nil {
 		return nil, err
@@ -97,6 +106,7 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	n := &Node{
 		Variant: o.Variant, BaseURL: "http://127.0.0.1:" + strconv.Itoa(listen),
 		MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metrics),
+		BackendURL: "http://" + backendAddr,
 		Prefix:     o.Prefix, app: o.AppID, p: p,
 		client: &http.Client{Timeout: 2 * time.Second},
 		ready:  o.ReadyTimeout,

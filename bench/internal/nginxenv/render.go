@@ -32,8 +32,11 @@ type Layout struct {
 	// MetricsListen is the address of the gateway's /health and /metrics (tollgate variants)
 	MetricsListen string
 	Backend       string // storage backend address host:port
-	Workers       int
-	LogLevel      string
+	// ExternalBackend: Backend is a server of the caller's, and the nginx gets no backend
+	// server block of its own
+	ExternalBackend bool
+	Workers         int
+	LogLevel        string
 }
 
 // Render writes the prefix of variant v (directories, the object, the backend server block and
@@ -45,7 +48,11 @@ func Render(v Variant, l Layout) (string, error) {
 		return "", err
 	}
 	backendConf := filepath.Join(l.Prefix, "conf", "backend.conf")
-	if err := renderFile(embedded("backend.conf.tmpl"), backendConf, l, ""); err != nil {
+	if l.ExternalBackend {
+		if err := os.WriteFile(backendConf, []byte("# the backend is external\n"), 0o644); err != nil {
+			return "", fmt.Errorf("nginxenv: %w", err)
+		}
+	} else if err := renderFile(embedded("backend.conf.tmpl"), backendConf, l, ""); err != nil {
 		return "", err
 	}
 	tmpl := embedded(templateName(v.Kind))
@@ -90,7 +97,7 @@ func renderFile(src source, dst string, l Layout, extra string) error {
 		return fmt.Errorf("nginxenv: read template for %s: %w", dst, err)
 	}
 	out := strings.NewReplacer(
-		"@PREFIX@", l.Prefix, "@REPO@", l.Repo, "@LISTEN@", l.Listen, "@BACKEND@", l.Backend,
+		"@TMP@", filepath.Join(l.Prefix, "tmp"), "@PREFIX@", l.Prefix, "@REPO@", l.Repo, "@LISTEN@", l.Listen, "@BACKEND@", l.Backend,
 		"@WORKERS@", strconv.Itoa(l.Workers), "@LOG_LEVEL@", l.LogLevel, "@EXTRA_HTTP@", extra,
 		"@ACCESS_LOG@", "access_log off;", "@METRICS_LISTEN@", l.MetricsListen,
 		"@METRICS_ALLOW@", "allow 127.0.0.0/8; allow ::1; deny all;",

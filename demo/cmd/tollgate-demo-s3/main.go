@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,10 +32,11 @@ import (
 )
 
 const (
-	envAddr         = "TOLLGATE_BACKEND_ADDR"       // listen address of the S3 API (127.0.0.1:9000; host:port)
-	envAdminAddr    = "TOLLGATE_BACKEND_ADMIN_ADDR" // listen address of the failure switch /_demo/fail, /_demo/heal (none: off; a loopback host:port)
-	envCredentials  = "TOLLGATE_DEMO_CREDENTIALS"   // access keys and secrets whose signatures are checked (none: anonymous requests only; AKID:SECRET,…)
-	envDomains      = "TOLLGATE_S3_DOMAINS"         // domains of virtual-hosted addressing, bucket.<domain> (s3.localhost; comma list)
+	envAddr         = "TOLLGATE_BACKEND_ADDR"         // listen address of the S3 API (127.0.0.1:9000; host:port)
+	envAdminAddr    = "TOLLGATE_BACKEND_ADMIN_ADDR"   // listen address of the failure switch /_demo/fail, /_demo/heal (none: off; a loopback host:port)
+	envCredentials  = "TOLLGATE_DEMO_CREDENTIALS"     // access keys and secrets whose signatures are checked (none: anonymous requests only; AKID:SECRET,…)
+	envDomains      = "TOLLGATE_S3_DOMAINS"           // domains of virtual-hosted addressing, bucket.<domain> (s3.localhost; comma list)
+	envMaxObject    = "TOLLGATE_DEMO_MAX_OBJECT_SIZE" // largest object or part kept, in bytes (64 MiB; objects live in memory)
 	defaultAddr     = "127.0.0.1:9000"
 	defaultDomains  = "s3.localhost"
 	shutdownTimeout = 10 * time.Second
@@ -102,7 +104,15 @@ func run(log *slog.Logger) error {
 			ds = append(ds, d)
 		}
 	}
-	backend := s3.New(s3.Options{Credentials: creds, Domains: ds})
+	maxObject := s3.DefaultMaxObjectSize
+	if v := os.Getenv(envMaxObject); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s: %q is not a positive number of bytes", envMaxObject, v)
+		}
+		maxObject = n
+	}
+	backend := s3.New(s3.Options{Credentials: creds, Domains: ds, MaxObjectSize: maxObject})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	servers := []*http.Server{{Addr: addr, Handler: backend, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}}
@@ -117,7 +127,7 @@ func run(log *slog.Logger) error {
 		go func() { errc <- srv.ListenAndServe() }()
 	}
 	log.Info("tollgate-demo-s3 listening", "addr", addr, "admin_addr", os.Getenv(envAdminAddr),
-		"access_keys", len(creds), "domains", ds, "max_object_bytes", s3.DefaultMaxObjectSize)
+		"access_keys", len(creds), "domains", ds, "max_object_bytes", maxObject)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)

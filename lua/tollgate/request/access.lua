@@ -12,7 +12,6 @@ local emergency = require("tollgate.lease.emergency")
 local connlimit = require("tollgate.conn.limiter")
 local reservation = require("tollgate.lease.reservation")
 local rules = require("tollgate.rules.check")
-local events = require("tollgate.events")
 local breaker = require("tollgate.breaker.breaker")
 
 local reqstate = require("tollgate.request.state")
@@ -25,18 +24,23 @@ local authbudget = require("tollgate.request.authbudget")
 
 local get_method = ngx.req.get_method
 local var = ngx.var
-local type = type
+local header = ngx.header
 local tonumber = tonumber
 
 local _M = {}
 
 local calculator
 local DOMAINS           -- TOLLGATE_S3_DOMAINS (nil without: every request is path-style)
+local MAX_BODY = 5368709120     -- TOLLGATE_MAX_BODY_SIZE: S3's single-PUT limit, 5 GiB
 
 
---- The cost calculator and the S3 domains of this nginx (tollgate.handler's init).
-function _M.configure(calc, domains)
+--- The cost calculator, the S3 domains and the settings of this nginx (tollgate.handler's
+-- init).
+function _M.configure(calc, domains, settings)
     calculator, DOMAINS = calc, domains
+    if settings and settings.max_body_size then
+        MAX_BODY = settings.max_body_size
+    end
 end
 
 local function reject_invalid(ctx, reason, message, status)
@@ -44,35 +48,23 @@ local function reject_invalid(ctx, reason, message, status)
     return response.refuse(status or 400, reason, message)
 end
 
--- ratelimit_rejected_total{app_id,reason} (ids are validated; reasons come from a fixed set)
-local function count_rejection(id, reason)
-    metrics.inc('ratelimit_rejected_total{app_id="' .. id .. '",reason="' .. reason .. '"}')
-end
-
--- request_blocked event of a rejection (the table is built only when sampling keeps it)
-local function blocked_event(headers, id, reason, rule_type, status, limit, current)
-    local sampled = events.take("request_blocked", id, nil)
-    if not sampled then
-        return
-    end
-    local ua = reqheaders.all(headers)["user-agent"]
-    events.push({
-        event_type = "request_blocked", severity = "warning", app_id = id,
-        ip_address = var.remote_addr, user_agent = type(ua) == "string" and ua or nil,
-        endpoint = var.uri, http_method = get_method(), request_id = var.request_id,
-        rule_type = rule_type, limit_value = limit, current_usage = current,
-        action_taken = "blocked", response_code = status, reason = reason,
-        access_key_id = (reqstate.current() or {}).tg_akid or nil,
-    }, sampled)
-end
-
--- Messages of identity refusals (reason -> status, message)
+-- Messages of identity refusals (reason -> message; status and S3 code: response.REFUSALS)
 local IDENTITY_REFUSALS = {
-    missing_app_id = { 400, "no S3 credentials, no app header and no owner of the bucket" },
-    duplicate_app_id = { 400, "send exactly one app header" },
-    invalid_access_key = { 403, "the access key id is malformed" },
-    unknown_access_key = { 403, "the access key id is not known to the gateway" },
+    missing_app_id = "no S3 credentials, no app header and no owner of the bucket",
+    duplicate_app_id = "send exactly one app header",
+    invalid_access_key = "the access key id is malformed",
+    unknown_access_key = "the access key id is not known to the gateway",
 }
+
+-- The size an upload announces: the object's (aws-chunked: x-amz-decoded-content-length), else
+-- Content-Length; nil when it announces none.
+local function announced_size(headers)
+    local n = tonumber(headers["x-amz-decoded-content-length"])
+    if n then
+        return n
+    end
+    return tonumber(headers["content-length"])
+end
 
 -- Keys a DeleteObjects request deletes: the <Object> elements of its body (read up to
 -- identity.DELETE_MAX bytes; a larger body is charged S3's maximum of 1000 keys).
@@ -104,13 +96,15 @@ function _M.run()
     local headers = reqheaders.read(ctx.h)
     local method = get_method()
     local q = reqheaders.query()
-    local uri = var.uri
+    -- the request target as the client sent it, which is what the backend parses: $uri is
+    -- nginx's normalised path (dot-segments resolved, %XX decoded)
+    local path = s3.raw_path(var.request_uri, q ~= nil)
     local vbucket = DOMAINS and s3.vhost_bucket(headers.host, DOMAINS) or nil
-    local op = s3.operation(method, s3.level(vbucket, uri), q, headers["x-amz-copy-source"] ~= nil)
+    local op = s3.operation(method, s3.level(vbucket, path), q, headers["x-amz-copy-source"] ~= nil)
     if not config.current() then
         config.refresh()            -- the access key and bucket maps of the current config
     end
-    local id, why, akid = identity.identify(ctx, headers, q, op, vbucket, uri)
+    local id, why, akid = identity.identify(ctx, headers, q, op, vbucket, path)
     if id then
         akid, why = why, nil
     end
@@ -119,8 +113,10 @@ function _M.run()
         if why == "unknown_access_key" and config.version() == nil then
             id = "_s3"      -- no config was ever loaded: fail-open below, one budget for keys
         else
-            local r = IDENTITY_REFUSALS[why]
-            return reject_invalid(ctx, why, r[2], r[1])
+            -- (a reason REFUSALS does not list is a 400: InvalidRequest in S3's dialect)
+            local row = response.REFUSALS[why]
+            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or why,
+                row and row.status or 400)
         end
     end
     if akid then    -- a key with a secret on file: its signature, before anything is taken
@@ -146,50 +142,50 @@ function _M.run()
         return reject_invalid(ctx, "unsupported_method",
             "method " .. method .. " is not supported", 405)
     end
-    local nkeys
-    if op == "DeleteObjects" then
-        nkeys = delete_keys(headers)
+    local size = announced_size(headers)
+    if size and size > MAX_BODY then
+        ctx.tg_label = "_invalid"
+        return response.too_large(size, MAX_BODY)
     end
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open
-        local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
+        local ok, _, info = l3.fail_open({ id = id }, shm.keys(id), 1)
         ctx.tg_label = "_unconfigured"
         if not ok then
-            blocked_event(headers, id, "fail_open_exhausted", "tier", 429)
-            return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
+            info.app_id = id
+            return response.too_many("fail_open_exhausted", 1, info.retry_after, info)
         end
         return
     end
+    ctx.tg_label = id
     if not a.enabled then
-        ctx.tg_label = id
         return response.refuse(403, "app_disabled", "the app is disabled")
     end
     -- the budget of forged traffic: an address (or a key from it) whose requests the backend
     -- refused as unauthenticated too often is refused here until its window passes
     local wait, failures = authbudget.spent(headers, akid)
     if wait then
-        ctx.tg_label = id
-        count_rejection(id, "auth_failure_budget")
         metrics.inc('ratelimit_auth_failures_total{app_id="' .. id .. '"}')
-        blocked_event(headers, id, "auth_failure_budget", "auth", 503, nil, failures)
         return response.too_many("auth_failure_budget", 0, wait,
-            { reset = ngx.now() + wait, remaining = 0 })
+            { reset = ngx.now() + wait, remaining = 0, current = failures })
     end
-    -- circuit breaker of the location's backend: refused before anything is charged
+    -- circuit breaker of the location's backend: refused before anything is charged (and
+    -- before a body is read)
     local bok, backend, bretry = breaker.check(id, ctx)
     if not bok then
-        ctx.tg_label = id
-        metrics.blocked(id)
-        blocked_event(headers, id, "circuit_open", "breaker", 503)
+        header["X-RateLimit-Cost"] = (calculator:price(a, op, headers, nil))
         return response.unavailable(backend, bretry)
     end
     -- connection limiter: a slot before cost and token bucket; log() gives it back
     -- (docs/design.md §6)
     local cok, creason, climit, ccurrent = connlimit.acquire(a, ctx)
     if not cok then
-        ctx.tg_label = id
-        blocked_event(headers, id, creason, "connection", 429, climit, ccurrent)
-        return connlimit.refuse(creason)
+        return response.too_many(creason, (calculator:price(a, op, headers, nil)), 1,
+            { remaining = 0, limit = climit, current = ccurrent })
+    end
+    local nkeys
+    if op == "DeleteObjects" then
+        nkeys = delete_keys(headers)    -- the one body read before admission (bounded)
     end
 
     local cost, estimate, reserve, chunked = calculator:price(a, op, headers, nkeys)
@@ -203,28 +199,23 @@ function _M.run()
     -- charges no tier tokens, and log() gives the slot back
     local rule, rretry, rremaining, dup = rules.check(a, method, headers, cost)
     if rule then
-        ctx.tg_label = id
         if dup then
             return response.refuse(400, "duplicate_header", "send exactly one " .. dup
                 .. " header: rule " .. rule.id .. " counts requests by it")
         end
-        count_rejection(id, "rule_limited")
-        local retry = math.ceil(rretry)
-        if retry < 1 then
-            retry = 1
-        end
-        return response.too_many("rule_limited", cost, retry,
-            { reset = ngx.now() + retry, remaining = rremaining }, nil, rule.id)
+        return response.too_many("rule_limited", cost, rretry,
+            { reset = ngx.now() + rretry, remaining = rremaining }, nil, rule.id)
     end
     local em = emergency.blocked(a)
     if em then
-        ctx.tg_label = id
-        local info = { reset = em, remaining = 0 }
-        count_rejection(id, "emergency_blocked")
-        blocked_event(headers, id, "emergency_blocked", "tier", 429, nil, cost)
+        local info = { reset = em, remaining = 0, current = cost }
         return response.too_many("emergency_blocked", cost, l3.retry_after(info), info)
     end
     local covered = 0
+    local uri
+    if op == "UploadPart" or reserve > 0 then
+        uri = var.uri   -- the reservation of a multipart upload: the key log() finds it by
+    end
     if op == "UploadPart" then
         covered = reservation.draw(a, uri, cost - calculator.base[op])
     end
@@ -239,17 +230,15 @@ function _M.run()
     end
     local charge = upfront + reserve
     local ok, x, y = l3.acquire(a, charge)
-    ctx.tg_label = id
     ctx.tg_method = method
     if not ok then
         reservation.undraw(a, uri, covered)
         if x == "app_disabled" then
             return response.refuse(403, x, "the app is disabled")
         end
-        local retry = l3.retry_after(y)
-        count_rejection(id, x)
-        blocked_event(headers, id, x, "tier", 429, a.guaranteed, charge)
-        return response.too_many(x, charge, retry, y, { quota = a.guaranteed, window = 1 })
+        y.limit, y.current = a.guaranteed, charge
+        return response.too_many(x, cost, l3.retry_after(y), y,
+            { quota = a.guaranteed, window = 1 })
     end
     if reserve > 0 and not reservation.open(a, uri, reserve) then
         l3.refund(a, reserve, y)
@@ -269,7 +258,8 @@ function _M.run()
     -- charge only the body bytes that really arrived if the request fails
     ctx.tg_head = not chunked and nkeys == nil and headers["content-length"] ~= nil
         and tonumber(var.request_length) or false
-    -- emitted by the add_header lines of nginx/tollgate_location.conf
+    -- emitted by the add_header lines of nginx/tollgate_location.conf: the request's price
+    -- (the same number a refusal's X-RateLimit-Cost carries) and the tokens left
     numvar.set("tg_c", cost)
     numvar.set("tg_r", x)
 end

@@ -13,6 +13,7 @@ local breaker = require("tollgate.breaker.breaker")
 local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 local authbudget = require("tollgate.request.authbudget")
+local numvar = require("tollgate.request.numvar")
 
 
 local get_method = ngx.req.get_method
@@ -97,6 +98,7 @@ local function log_request(ctx)
             reservation.close(a, var.uri)
         end
         metrics.request(label, method, status, nil)
+        numvar.set("tg_s", 0)       -- $tg_s: the settled cost (refunded)
         if denied then
             metrics.operation(op, 0)
             auth_failed(ctx, label, method, status)
@@ -136,6 +138,7 @@ local function log_request(ctx)
     end
     metrics.request(label, method, status, ctx.tg_total + actual)
     metrics.operation(op, ctx.tg_total + actual)
+    numvar.set("tg_s", ctx.tg_total + actual)   -- $tg_s: the settled cost, for the access log
 end
 
 function _M.run()

@@ -31,8 +31,9 @@ _M.FIELDS = {
     -- handler
     "tg_label", "tg_method", "tg_app", "tg_cost", "tg_total", "tg_covered", "tg_estimate",
     "tg_reserve", "tg_chunked", "tg_op", "tg_source", "tg_akid", "tg_deferred", "tg_head",
-    -- identity: the request carries S3 credentials (refusals in S3's dialect)
-    "tg_s3",
+    -- identity: the request carries S3 credentials (refusals in S3's dialect), or named its app
+    -- by the app header or a variable (refusals in JSON)
+    "tg_s3", "tg_named",
     -- connlimit
     "tg_conn", "tg_conn_rid", "tg_conn_e", "tg_conn_ip",
     -- breaker

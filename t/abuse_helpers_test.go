@@ -267,7 +267,7 @@ func (s *abuseStack) steady(perSecond float64, mk func() *http.Request) *steadyL
 				case 200:
 					l.ok.Add(1)
 				case 429, 503:
-					l.count(&l.refused, fmt.Sprint(resp.StatusCode, " ", resp.Header.Get("X-RateLimit-Reason")))
+					l.count(&l.refused, fmt.Sprint(resp.StatusCode, " ", resp.Header.Get("X-Tollgate-Reason")))
 				default:
 					l.count(&l.failed, fmt.Sprint(resp.StatusCode))
 				}

@@ -181,15 +181,16 @@ func TestAbuseForgedAndAbortedUploadsLeaveNoDebt(t *testing.T) {
 	l := s.victimLoad(victimRate)
 	const n = 15
 	for i := 0; i < n; i++ {
-		// 5 MiB announced, 1 KiB sent, then the client is gone
-		c := s.rawConn(fmt.Sprintf("PUT /%s/aborted%d HTTP/1.1\r\nHost: %s\r\n%s: attacker\r\n"+
+		// 5 MiB announced, 1 KiB sent, then the client is gone (from another address than the
+		// victim's: its failures spend that address's budget of forgeries, not the victim's)
+		c := s.rawConnFrom("127.0.0.2", fmt.Sprintf("PUT /%s/aborted%d HTTP/1.1\r\nHost: %s\r\n%s: attacker\r\n"+
 			"Authorization: %s\r\nX-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\nContent-Length: %d",
 			victimTenant.bucket, i, strings.TrimPrefix(s.g.URL, "http://"), abuseSource, forgedV4(victimTenant.key), 5<<20))
 		_, _ = c.Write(bytes.Repeat([]byte("a"), 1024))
 		time.Sleep(20 * time.Millisecond)
 		_ = c.Close()
 	}
-	statuses := s.burst(n, 3, func(i int) *http.Request {
+	statuses := s.burstFrom("127.0.0.2", n, 3, func(i int) *http.Request {
 		return forged(s.req("PUT", "/"+victimTenant.bucket+"/forged"+strconv.Itoa(i), bytes.Repeat([]byte("f"), 300000)))
 	})
 	// the gateway's log phase of the aborted ones has run once they are counted

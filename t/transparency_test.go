@@ -101,10 +101,14 @@ func TestRefusalIsAnsweredBeforeTheBody(t *testing.T) {
 			var status, body string
 			var hdr http.Header
 			var closed bool
-			// the tiny app may admit its first request into debt: the next one is refused
+			// a request costlier than the app's burst is admitted when its bucket is full (into
+			// debt): a small request first takes the tiny app's one token, then the upload is refused
 			for i := 0; i < 3; i++ {
+				if c.status == 503 || c.status == 429 {
+					g.Do("GET", "/bkt/k", "", nil, c.hdr)
+				}
 				status, hdr, body, closed = rawExchange(t, g, putHead("/bkt/obj", c.hdr, 3000000))
-				if !strings.HasPrefix(status, "200") {
+				if !strings.HasPrefix(status, "200") && !strings.HasPrefix(status, "100") {
 					break
 				}
 			}

@@ -117,7 +117,7 @@ function _M.run()
         if why == "unknown_access_key" and config.version() == nil then
             id = "_s3"      -- no config was ever loaded: fail-open below, one budget for keys
         else
-            local r = IDENTITY_REFUSALS[why]
+            local r = IDENTITY_REFUSALS[why] or identity.REFUSALS[why]
             return reject_invalid(ctx, why, r[2], r[1])
         end
     end

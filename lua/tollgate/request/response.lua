@@ -49,7 +49,7 @@ end
 
 local function send(status, body)
     if s3_dialect() then
-        local c = S3_CODES[body.reason]
+        local c = S3_CODES[body.reason] or identity.S3_CODES[body.reason]
         if c then
             local extra
             if c[2] == "InvalidAccessKeyId" then

@@ -41,6 +41,9 @@ _M.REFUSALS = {
         .. "access key, or a credential parameter a backend could read differently" },
     malformed_credentials = { 400, "the request's S3 credentials cannot be read" },
     post_fields_too_large = { 400, "the form fields before the file are too large" },
+    malformed_xml = { 400, "the DeleteObjects body is not well-formed XML with at most 1000 "
+        .. "keys" },
+    message_too_long = { 400, "the DeleteObjects body is larger than the gateway reads" },
 }
 _M.S3_CODES = {
     ambiguous_credentials = { 400, "InvalidArgument", "Only one auth mechanism allowed; only "
@@ -49,6 +52,9 @@ _M.S3_CODES = {
         "The authorization header or query parameters are malformed." },
     post_fields_too_large = { 400, "MaxPostPreDataLengthExceeded",
         "Your POST request fields preceding the upload file were too large." },
+    malformed_xml = { 400, "MalformedXML", "The XML you provided was not well-formed or did "
+        .. "not validate against our published schema." },
+    message_too_long = { 400, "MaxMessageLengthExceeded", "Your request was too big." },
 }
 
 local function split(s)
@@ -292,9 +298,9 @@ function _M.credentials(headers, q, op)
 end
 
 --- Whom to charge (vbucket: the bucket of a virtual-hosted request, uri: $uri). Returns app
--- id, access key id (nil without credentials); or nil, reason,
--- access key id for a request to refuse. Reasons: unknown_access_key, invalid_access_key,
--- duplicate_app_id, missing_app_id and those of REFUSALS. Sets ctx.tg_s3 for requests with S3 credentials.
+-- id, access key id (nil without credentials); or nil, reason, access key id for a request to
+-- refuse. Reasons: unknown_access_key, invalid_access_key, duplicate_app_id, missing_app_id and
+-- those of REFUSALS. Sets ctx.tg_s3 for requests with S3 credentials.
 function _M.identify(ctx, headers, q, op, vbucket, uri)
     for i = 1, NSOURCES do
         local src = SOURCES[i]

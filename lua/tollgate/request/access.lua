@@ -19,12 +19,12 @@ local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
+local deletes = require("tollgate.s3.delete")
 
 
 local get_method = ngx.req.get_method
 local var = ngx.var
 local type = type
-local tonumber = tonumber
 
 local _M = {}
 
@@ -72,31 +72,6 @@ local IDENTITY_REFUSALS = {
     unknown_access_key = { 403, "the access key id is not known to the gateway" },
 }
 
--- Keys a DeleteObjects request deletes: the <Object> elements of its body (read up to
--- identity.DELETE_MAX bytes; a larger body is charged S3's maximum of 1000 keys).
-local function delete_keys(headers)
-    local len = tonumber(headers["content-length"])
-    if len and len > identity.DELETE_MAX then
-        return 1000
-    end
-    ngx.req.read_body()
-    local body = ngx.req.get_body_data()
-    if not body then
-        local path = ngx.req.get_body_file()
-        local f = path and io.open(path, "rb")
-        if not f then
-            return 1
-        end
-        body = f:read(identity.DELETE_MAX)
-        f:close()
-    end
-    local n = s3.count_objects(body)
-    if n < 1 then
-        return 1
-    end
-    return n
-end
-
 function _M.run()
     local ctx = reqstate.open()
     local headers = reqheaders.read(ctx.h)
@@ -139,7 +114,12 @@ function _M.run()
     end
     local nkeys
     if op == "DeleteObjects" then
-        nkeys = delete_keys(headers)
+        local derr
+        nkeys, derr = deletes.read(reqheaders.all(headers), identity.DELETE_MAX)
+        if not nkeys then
+            local r = identity.REFUSALS[derr]
+            return reject_invalid(ctx, derr, r[2], r[1])
+        end
     end
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open

@@ -9,6 +9,7 @@ local keys = require("tollgate.keys")
 local ipmatch = require("tollgate.request.ipmatch")
 local hashload = require("tollgate.config.hashload")
 local reqheaders = require("tollgate.request.headers")
+local lookup = require("tollgate.config.lookup")
 
 local type = type
 local tonumber = tonumber
@@ -44,6 +45,7 @@ _M.REFUSALS = {
     malformed_xml = { 400, "the DeleteObjects body is not well-formed XML with at most 1000 "
         .. "keys" },
     message_too_long = { 400, "the DeleteObjects body is larger than the gateway reads" },
+    lookup_budget_exhausted = { 503, "the node looks up no more unknown ids this second: retry" },
 }
 _M.S3_CODES = {
     ambiguous_credentials = { 400, "InvalidArgument", "Only one auth mechanism allowed; only "
@@ -55,6 +57,7 @@ _M.S3_CODES = {
     malformed_xml = { 400, "MalformedXML", "The XML you provided was not well-formed or did "
         .. "not validate against our published schema." },
     message_too_long = { 400, "MaxMessageLengthExceeded", "Your request was too big." },
+    lookup_budget_exhausted = { 503, "SlowDown", "Please reduce your request rate." },
 }
 
 local function split(s)
@@ -155,13 +158,33 @@ function _M.flush(_, drop)
     keys_c.t, keys_c.n, buckets_c.t, buckets_c.n = {}, 0, {}, 0
 end
 
--- The value of config_dict key prefix .. k through cache c (false when absent).
-local function lookup(c, prefix, k)
+local UNVERIFIED, BUDGET = lookup.UNVERIFIED, lookup.BUDGET
+local ACCESS_KEYS, BUCKETS = keys.access_keys(), keys.buckets()
+
+-- The app of map entry k: config_dict key prefix .. k, through cache c (positive answers
+-- only: a made-up id costs a read of the dict, never a cache entry); while the dict holds part
+-- of the config, a bounded lookup of field k of Redis hash `hash` (tollgate.config.lookup, kind
+-- its prefix there). Returns the app id, false when unknown, nil when it could not be looked up
+-- (nil, "lookup_budget_exhausted": for want of the node's lookup budget).
+local function lookup_map(c, prefix, kind, hash, k)
     local a = c.t[k]
     if a ~= nil then
         return a
     end
-    a = cdict:get(prefix .. k) or false
+    a = cdict:get(prefix .. k)
+    if not a then
+        if not lookup.partial() then
+            return false
+        end
+        local err
+        a, err = lookup.get(kind, hash, k)
+        if not a then
+            return a, err
+        end
+        if not keys.valid_id(a) then
+            return false
+        end
+    end
     if c.n >= CACHE_MAX then
         c.t, c.n = {}, 0
     end
@@ -170,16 +193,16 @@ local function lookup(c, prefix, k)
     return a
 end
 
---- The app of access key id `akid` (a valid key): app id, or false when the key is unknown.
--- The one place a key is resolved: today a read of the map loaded into config_dict.
+--- The app of access key id `akid` (a valid key): app id, false when the key is unknown, nil
+-- when it could not be looked up. The one place a key is resolved.
 local function app_of_key(akid)
-    return lookup(keys_c, "ak:", akid)
+    return lookup_map(keys_c, "ak:", "k:", ACCESS_KEYS, akid)
 end
 _M.app_of_key = app_of_key
 
---- The app owning `bucket`, or false.
+--- The app owning `bucket`: app id, false, or nil when it could not be looked up.
 local function app_of_bucket(bucket)
-    return lookup(buckets_c, "bk:", bucket)
+    return lookup_map(buckets_c, "bk:", "b:", BUCKETS, bucket)
 end
 _M.app_of_bucket = app_of_bucket
 
@@ -316,9 +339,13 @@ function _M.identify(ctx, headers, q, op, vbucket, uri)
                 if not s3.valid_key(akid) then
                     return nil, "invalid_access_key", nil
                 end
-                local app = app_of_key(akid)
+                local app, lerr = app_of_key(akid)
                 if app then
                     return app, akid
+                elseif lerr == BUDGET then
+                    return nil, lerr, akid
+                elseif app == nil then
+                    return UNVERIFIED, akid     -- Redis did not answer: fail-open, one budget
                 end
                 if DEFAULT_APP then
                     return DEFAULT_APP, akid
@@ -343,9 +370,13 @@ function _M.identify(ctx, headers, q, op, vbucket, uri)
     end
     local bucket = s3.address(vbucket, uri)     -- anonymous: the bucket's owner, if any
     if bucket ~= nil and valid_bucket(bucket) then
-        local app = app_of_bucket(bucket)
+        local app, lerr = app_of_bucket(bucket)
         if app then
             return app
+        elseif lerr == BUDGET then
+            return nil, lerr
+        elseif app == nil then
+            return UNVERIFIED
         end
     end
     return nil, "missing_app_id"

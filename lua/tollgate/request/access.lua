@@ -20,6 +20,7 @@ local reqheaders = require("tollgate.request.headers")
 local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
 local deletes = require("tollgate.s3.delete")
+local lookup = require("tollgate.config.lookup")
 
 
 local get_method = ngx.req.get_method
@@ -29,6 +30,8 @@ local type = type
 local _M = {}
 
 local calculator
+local UNVERIFIED = { id = lookup.UNVERIFIED }
+local UNVERIFIED_KEYS = shm.keys(lookup.UNVERIFIED)
 local DOMAINS           -- TOLLGATE_S3_DOMAINS (nil without: every request is path-style)
 
 
@@ -93,6 +96,9 @@ function _M.run()
             id = "_s3"      -- no config was ever loaded: fail-open below, one budget for keys
         else
             local r = IDENTITY_REFUSALS[why] or identity.REFUSALS[why]
+            if r[1] == 503 then
+                ngx.header["Retry-After"] = 1   -- lookup_budget_exhausted: the next second's
+            end
             return reject_invalid(ctx, why, r[2], r[1])
         end
     end
@@ -102,7 +108,13 @@ function _M.run()
             return reject_invalid(ctx, "invalid_app_id",
                 "app ids must match ^[A-Za-z0-9_-]{1,128}$")
         end
-        a = config.app(id)
+        local aerr
+        a, aerr = config.app(id)
+        if aerr then
+            local r = identity.REFUSALS[aerr]
+            ngx.header["Retry-After"] = 1
+            return reject_invalid(ctx, aerr, r[2], r[1])
+        end
     end
     if a == false then
         ctx.tg_label = "_unknown"
@@ -122,11 +134,13 @@ function _M.run()
         end
     end
     if a == nil then
-        -- no config was ever loaded (Redis unreachable since start): admit from fail-open
-        local ok = l3.fail_open({ id = id }, shm.keys(id), 1)
+        -- no config was ever loaded (Redis unreachable since start), or the id could not be
+        -- looked up: admit from the one fail-open budget of unverified requests (a made-up id
+        -- never gets a budget, an active-set entry or a metric series of its own)
+        local ok = l3.fail_open(UNVERIFIED, UNVERIFIED_KEYS, 1)
         ctx.tg_label = "_unconfigured"
         if not ok then
-            blocked_event(headers, id, "fail_open_exhausted", "tier", 429)
+            blocked_event(headers, UNVERIFIED.id, "fail_open_exhausted", "tier", 429)
             return response.too_many("fail_open_exhausted", 1, 1, { remaining = 0 })
         end
         return

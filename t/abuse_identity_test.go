@@ -433,10 +433,13 @@ func TestAbuseDeleteObjectsUnderpay(t *testing.T) {
 	}
 	for _, p := range paying {
 		f := a.phase(p.name, func() []int { return attackN(5, del(p.body, p.chunked)) })
-		allAre(t, p.name, mapKeys(f.answers), 200)
-		// 5 requests x 100 keys x base 2, plus the body's bandwidth
-		if f.attackerCharge < 5*200 {
-			t.Errorf("%s: the attacker paid %v for 5 x 100 keys, want >= 1000", p.name, f.attackerCharge)
+		// the attacker's own bucket may run dry (503 SlowDown): what it got through, it pays
+		if f.answers[200] == 0 || f.answers[200]+f.answers[503] != 5 {
+			t.Errorf("%s: answers %v, want 200s (and the attacker's own SlowDowns)", p.name, f.answers)
+		}
+		// 100 keys x base 2, plus the body's bandwidth, per request admitted
+		if f.attackerCharge < float64(200*f.answers[200]) {
+			t.Errorf("%s: the attacker paid %v for %d x 100 keys", p.name, f.attackerCharge, f.answers[200])
 		}
 		rows = append(rows, f)
 	}
@@ -489,7 +492,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 		}
 		done <- [2]int{sent, ok}
 	}
-	spray := func(round int, kinds ...string) map[int]int {
+	spray := func(round string, kinds ...string) map[int]int {
 		out := map[int]int{}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -499,11 +502,11 @@ func TestAbuseSprayedIDs(t *testing.T) {
 				go func(kind string, w int) {
 					defer wg.Done()
 					for i := w; i < 100; i += 4 {
-						id := fmt.Sprintf("made-up-%s-%03d", kind, i)
+						id := fmt.Sprintf("made-up-%s%s-%03d", round, kind, i)
 						var r *harness.Response
 						switch kind {
 						case "app":
-							r = g.Do("HEAD", "/b/o", id, nil, nil)
+							r = g.Do("GET", "/b/o", id, nil, nil)
 						case "key":
 							r = g.Do("HEAD", "/b/o", "", nil, map[string]string{"Authorization": sigV4("AKIA" + strings.ToUpper(strings.ReplaceAll(id, "-", "")))})
 						case "bucket":
@@ -521,11 +524,14 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	}
 	hget := func() int64 { return s.cmdCalls("hget") }
 
+	// the victim is a tenant with steady traffic: the node has looked it up before the attack
+	eventually(t, "the victim served", func() bool { return g.Do("HEAD", "/b/o", "victim", nil, nil).Status == 200 })
+
 	// 1. a spray of 300 made-up ids: bounded lookups, none admitted
 	done := make(chan [2]int, 1)
 	go victim(done, victimPhase)
 	h0, start := hget(), time.Now()
-	answers := spray(1, "app", "key", "bucket")
+	answers := spray("", "app", "key", "bucket")
 	lookups, secs := hget()-h0, time.Since(start).Seconds()
 	v := <-done
 	t.Logf("| sprayed ids (300 made-up app ids, keys, buckets), config_dict partial | %d/%d | 0 | - | 0 |  Redis lookups %d in %.1f s, answers %v",
@@ -546,7 +552,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	// 2. the same ids again, after the budget's second: the negative cache answers, no Redis call
 	time.Sleep(1100 * time.Millisecond) // a new second of lookup budget (a window, not a state to poll)
 	h1 := hget()
-	again := spray(2, "app")
+	again := spray("", "app")
 	if n := hget() - h1; n > 0 && g.Metric("ratelimit_config_lookup_negative_hits_total") == 0 {
 		t.Errorf("repeated made-up app ids: %d Redis lookups and no negative-cache hit", n)
 	}
@@ -555,20 +561,28 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	}
 
 	// 3. Redis frozen: made-up ids are admitted, if at all, from the one unverified budget
+	time.Sleep(1100 * time.Millisecond) // a new second of lookup budget
 	go victim(done, victimPhase)
 	s.redis.Freeze()
-	frozen := spray(3, "app")
+	start = time.Now()
+	frozen := spray("frozen-", "app") // ids never seen: each one a lookup Redis does not answer
+	secs = time.Since(start).Seconds()
 	s.redis.Thaw()
 	v = <-done
 	admitted := frozen[200]
-	t.Logf("| sprayed ids during a Redis freeze | %d/%d | 0 | - | %d |  answers %v", v[1], v[0], admitted, frozen)
-	if admitted > 20*5 {
-		t.Errorf("%d made-up ids admitted during the freeze, want <= the one budget of 20/s", admitted)
+	t.Logf("| sprayed ids during a Redis freeze | %d/%d | 0 | - | %d |  answers %v in %.1f s",
+		v[1], v[0], admitted, frozen, secs)
+	if max := int(20 * (secs + 1)); admitted > max {
+		t.Errorf("%d made-up ids admitted in %.1f s of freeze, want <= %d (the one budget of 20/s)",
+			admitted, secs, max)
 	}
 	if float64(v[1]) < 0.95*float64(v[0]) {
 		t.Errorf("victim during the freeze: %d of %d", v[1], v[0])
 	}
 	g.SettleMetrics()
+	if got := g.Metric(`ratelimit_fail_open_total{app_id="_unverified"}`); got != float64(admitted) {
+		t.Errorf("the unverified budget admitted %v, the spray got %d 200s", got, admitted)
+	}
 	if m := metricsText(t, g); strings.Contains(m, "made-up-") {
 		for _, l := range strings.Split(m, "\n") {
 			if strings.Contains(l, "made-up-") {

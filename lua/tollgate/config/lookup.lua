@@ -3,6 +3,7 @@
 --   * a negative cache: an id Redis does not know is remembered as unknown for
 --     TOLLGATE_LOOKUP_NEGATIVE_TTL seconds in the shared dict tollgate_lookup (bounded by its size:
 --     the least recently used entries go first), so a repeated made-up id costs no Redis call;
+--     what Redis does know is kept there as long, so that one lookup serves every worker;
 --   * a budget: at most TOLLGATE_LOOKUP_RATE lookups per second and node (a counter per second in
 --     the same dict); beyond it a request for an id the node does not hold is refused without
 --     Redis, 503 SlowDown with Retry-After: 1 (ratelimit_config_lookups_refused_total), so a spray
@@ -29,6 +30,7 @@ local cdict = ngx.shared.config_dict
 local fetch                                 -- function(hash, field) -> value, false or nil, err
 local RATE = 1000
 local TTL = 5
+local NEGATIVE = 0                          -- the dict's value of an id Redis does not know
 
 --- Settings (tollgate.settings: lookup_rate, lookup_negative_ttl).
 function _M.configure(conf)
@@ -57,9 +59,12 @@ function _M.get(kind, hash, field)
         return false
     end
     if ndict then
-        if ndict:get(kind .. field) then
+        local known = ndict:get(kind .. field)
+        if known == NEGATIVE then
             cdict:incr("lookup_negative_hits", 1, 0)
             return false
+        elseif known then
+            return known
         end
         local n = ndict:incr("rate:" .. floor(now()), 1, 0, 2)
         if n and n > RATE then
@@ -73,8 +78,10 @@ function _M.get(kind, hash, field)
         return nil, err
     end
     cdict:incr("lookups", 1, 0)
-    if v == false and ndict then
-        ndict:set(kind .. field, true, TTL)     -- evicts the oldest entries when full
+    if ndict then
+        -- for every worker of the node (evicts the oldest entries when full; a config change of
+        -- the id forgets it: forget())
+        ndict:set(kind .. field, v or NEGATIVE, TTL)
     end
     return v
 end

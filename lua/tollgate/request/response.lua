@@ -78,7 +78,8 @@ end
 
 --- 400/403/405 for a request the limiter refuses to classify (no tokens involved).
 function _M.refuse(status, reason, message)
-    return send(status, { error = status == 403 and "forbidden" or "bad_request",
+    return send(status, { error = status == 403 and "forbidden"
+                              or status == 503 and "service_unavailable" or "bad_request",
                           reason = reason, message = message })
 end
 

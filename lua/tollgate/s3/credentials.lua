@@ -222,7 +222,33 @@ function _M.from_authorization(h)
         if not sp then
             return nil, nil, MALFORMED
         end
-        -- the fields, comma-separated: exactly one named Credential, no near miss
+        -- the form every client sends: "Credential=" first, no other, and every other field's
+        -- name starting with 'S' (SignedHeaders, Signature): plain finds, no loop over names
+        local cs = sp + 1
+        if find(h, "Credential=", cs, true) == cs then
+            local slash = find(h, "/", cs + 11, true)
+            local comma = find(h, ",", cs + 11, true)
+            if slash and (not comma or slash < comma)
+                    and not find(h, "Credential=", slash, true) then
+                local p = comma
+                while p do
+                    local q = p + 1
+                    local b = byte(h, q)
+                    while b == SPACE or b == TAB do
+                        q = q + 1
+                        b = byte(h, q)
+                    end
+                    if b ~= 83 and b ~= 115 then        -- 'S', 's'
+                        break
+                    end
+                    p = find(h, ",", q, true)
+                end
+                if not p then
+                    return sub(h, cs + 11, slash - 1), "v4"
+                end
+            end
+        end
+        -- any other form: the fields, comma-separated: exactly one named Credential, no near miss
         local n = #h
         local pos = sp + 1
         local akid

@@ -28,7 +28,8 @@ describe("query credentials", function()
         assert.is_nil(cred.from_query(nil))
     end)
     it("accept the same key twice (one app either way)", function()
-        assert.are.same({ "SAME", "presigned-v2" }, { cred.from_query(v2("SAME") .. "&" .. v4("SAME")) })
+        assert.are.same({ "SAME", "presigned-v2" },
+            { cred.from_query(v2("SAME") .. "&" .. v4("SAME")) })
         assert.are.same({ "SAME", "presigned-v2" },
             { cred.from_query("AWSAccessKeyId=SAME&AWSAccessKeyId=SAME") })
     end)
@@ -41,7 +42,8 @@ describe("query credentials", function()
             .. "&AWSAccessKeyId=VICTIM" },
         { "V4 presign + %41WSAccessKeyId=<victim>", v4("ATTACKER") .. "&%41WSAccessKeyId=VICTIM" },
         { "repeated AWSAccessKeyId", "AWSAccessKeyId=ATTACKER&Signature=x&AWSAccessKeyId=VICTIM" },
-        { "repeated X-Amz-Credential", v4("ATTACKER") .. "&X-Amz-Credential=VICTIM/d/r/s3/aws4_request" },
+        { "repeated X-Amz-Credential",
+          v4("ATTACKER") .. "&X-Amz-Credential=VICTIM/d/r/s3/aws4_request" },
         { "lower-case name alone", "x-amz-credential=VICTIM%2Fd%2Fr%2Fs3%2Faws4_request" },
         { "lower-case hex escape", "X-Amz-%63redential=VICTIM%2Fd%2Fr%2Fs3%2Faws4_request" },
         { "lower-case v2 name", v4("ATTACKER") .. "&awsaccesskeyid=VICTIM" },
@@ -81,7 +83,8 @@ describe("authorization header", function()
         assert.is_nil(cred.from_authorization(nil))
     end)
     local bad = {
-        { "two Credential fields", H:format("ATTACKER") .. ", Credential=VICTIM/d/r/s3/aws4_request",
+        { "two Credential fields",
+          H:format("ATTACKER") .. ", Credential=VICTIM/d/r/s3/aws4_request",
           "ambiguous_credentials" },
         { "a Credential= inside another field", "AWS4-HMAC-SHA256 Credential=ATTACKER/d/r/s3/"
             .. "aws4_request, SignedHeaders=host;Credential=VICTIM/x, Signature=ab",
@@ -119,7 +122,8 @@ describe("POST form fields", function()
         assert.are.same({ "K2", "post-v2" },
             { cred.from_form(form({ { "awsAccessKeyID", "K2" }, { "file", "x" } }), b) })
         -- filename="X-Amz-Credential" is not the field's name
-        local tricky = "--" .. b .. '\r\nContent-Disposition: form-data; filename="x-amz-credential";'
+        local tricky = "--" .. b
+            .. '\r\nContent-Disposition: form-data; filename="x-amz-credential";'
             .. ' name="key"\r\n\r\nVICTIM' .. CRED .. "\r\n" .. form({ { "AWSAccessKeyId", "K3" },
             { "file", "x" } })
         assert.are.same({ "K3", "post-v2" }, { cred.from_form(tricky, b) })
@@ -134,11 +138,14 @@ describe("POST form fields", function()
         assert.are.same({ nil, nil, "ambiguous_credentials" }, { cred.from_form(form({
             { "X_Amz_Credential", "VICTIM" .. CRED }, { "file", "x" } }), b) })
         assert.are.same({ "SAME", "post-v2" }, { cred.from_form(form({
-            { "AWSAccessKeyId", "SAME" }, { "X-Amz-Credential", "SAME" .. CRED }, { "file", "x" } }), b) })
+            { "AWSAccessKeyId", "SAME" }, { "X-Amz-Credential", "SAME" .. CRED },
+            { "file", "x" } }), b) })
     end)
     it("refuses fields before the file longer than what is read", function()
-        local body = form({ { "key", string.rep("p", 200) }, { "AWSAccessKeyId", "K" }, { "file", "x" } })
-        assert.are.same({ nil, nil, "post_fields_too_large" }, { cred.from_form(body:sub(1, 150), b, true) })
+        local body = form({ { "key", string.rep("p", 200) }, { "AWSAccessKeyId", "K" },
+                            { "file", "x" } })
+        assert.are.same({ nil, nil, "post_fields_too_large" },
+            { cred.from_form(body:sub(1, 150), b, true) })
         assert.is_nil((cred.from_form(body:sub(1, 150), b, false)))
     end)
 end)

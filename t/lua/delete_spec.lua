@@ -25,9 +25,11 @@ describe("DeleteObjects key count", function()
     end)
     it("counts the under-payment attacks right", function()
         -- whitespace in the tag: 100 keys, not 0
-        assert.are.equal(100, del.count("<Delete>" .. objects(100, "<Object ><Key>k%d</Key></Object >")
+        assert.are.equal(100, del.count("<Delete>"
+            .. objects(100, "<Object ><Key>k%d</Key></Object >")
             .. "</Delete>"))
-        assert.are.equal(100, del.count("<Delete>" .. objects(100, "<Object\n\t><Key>k%d</Key></Object>")
+        assert.are.equal(100, del.count("<Delete>"
+            .. objects(100, "<Object\n\t><Key>k%d</Key></Object>")
             .. "</Delete>"))
         -- attributes (a quoted '>' inside), prefixes, self-closing
         assert.are.equal(100, del.count('<s3:Delete xmlns:s3="urn:x">'
@@ -58,7 +60,8 @@ describe("DeleteObjects key count", function()
         { "attribute without space", '<Delete><Object a="1"b="2"/></Delete>' },
         { "'<' in an attribute", '<Delete><Object a="<"/></Delete>' },
         { "over 1000 keys", "<Delete>" .. objects(1001) .. "</Delete>" },
-        { "too deep", "<Delete>" .. string.rep("<a>", 40) .. string.rep("</a>", 40) .. "</Delete>" },
+        { "too deep", "<Delete>" .. string.rep("<a>", 40) .. string.rep("</a>", 40)
+            .. "</Delete>" },
         { "not a string", nil },
     }
     for _, c in ipairs(malformed) do
@@ -132,7 +135,8 @@ local function random_doc(rnd)
             parts[#parts + 1] = "<" .. op .. "Object" .. attrs() .. ws() .. "/>"
         else
             parts[#parts + 1] = "<" .. op .. "Object" .. attrs() .. ws() .. "><Key" .. ws() .. ">"
-                .. key() .. "</Key" .. ws() .. ">" .. (rnd(3) == 1 and "<VersionId>v</VersionId>" or "")
+                .. key() .. "</Key" .. ws() .. ">"
+                .. (rnd(3) == 1 and "<VersionId>v</VersionId>" or "")
                 .. "</" .. op .. "Object" .. ws() .. ">"
         end
     end

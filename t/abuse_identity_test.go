@@ -39,8 +39,8 @@ import (
 const (
 	victimKey, victimSecret     = "AKIAVICTIM0000000001", "victim-secret-0000000000000000000000001"
 	attackerKey, attackerSecret = "AKIAATTACKER00000001", "attacker-secret-00000000000000000000001"
-	victimRate                  = 10 // victim requests per second (its guarantee is 20 tokens/s)
-	victimPhase                 = 2 * time.Second
+	idVictimRate                = 10 // victim requests per second (its guarantee is 20 tokens/s)
+	idVictimPhase               = 2 * time.Second
 )
 
 // abuse is a stack whose gateway proxies to the demo S3 backend, counting the requests that
@@ -213,12 +213,12 @@ func (a *abuse) ledger(app string) (float64, float64) {
 	return st["total_requests"], st["total_consumed"]
 }
 
-// victimLoad sends the victim's signed HEADs at victimRate for victimPhase; returns sent, admitted.
+// victimLoad sends the victim's signed HEADs at idVictimRate for idVictimPhase; returns sent, admitted.
 func (a *abuse) victimLoad(done chan<- [2]int) {
 	sent, ok := 0, 0
-	tick := time.NewTicker(time.Second / victimRate)
+	tick := time.NewTicker(time.Second / idVictimRate)
 	defer tick.Stop()
-	end := time.Now().Add(victimPhase)
+	end := time.Now().Add(idVictimPhase)
 	for time.Now().Before(end) {
 		<-tick.C
 		sent++
@@ -481,7 +481,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	}
 	victim := func(done chan<- [2]int, d time.Duration) {
 		sent, ok := 0, 0
-		tick := time.NewTicker(time.Second / victimRate)
+		tick := time.NewTicker(time.Second / idVictimRate)
 		defer tick.Stop()
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			<-tick.C
@@ -529,7 +529,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 
 	// 1. a spray of 300 made-up ids: bounded lookups, none admitted
 	done := make(chan [2]int, 1)
-	go victim(done, victimPhase)
+	go victim(done, idVictimPhase)
 	h0, start := hget(), time.Now()
 	answers := spray("", "app", "key", "bucket")
 	lookups, secs := hget()-h0, time.Since(start).Seconds()
@@ -562,7 +562,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 
 	// 3. Redis frozen: made-up ids are admitted, if at all, from the one unverified budget
 	time.Sleep(1100 * time.Millisecond) // a new second of lookup budget
-	go victim(done, victimPhase)
+	go victim(done, idVictimPhase)
 	s.redis.Freeze()
 	start = time.Now()
 	frozen := spray("frozen-", "app") // ids never seen: each one a lookup Redis does not answer

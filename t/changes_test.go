@@ -86,7 +86,10 @@ func TestConfigChangeAppliedWithoutFullLoad(t *testing.T) {
 // entries that did not fit and shows the zone's fill (ratelimit_shm_*_bytes).
 func TestFullConfigDictRefusesNoTenant(t *testing.T) {
 	apps := manyApps("full", 3000)
-	s := newStack(t, stackOptions{apps: apps, configDict: "256k"})
+	// every app looked up at once: a lookup budget above the burst (a smaller one answers the
+	// rest 503 SlowDown, TestAbuseSprayedIDs)
+	s := newStack(t, stackOptions{apps: apps, configDict: "256k",
+		env: map[string]string{"TOLLGATE_LOOKUP_RATE": "100000"}})
 	g := s.gw()
 	v0, err := s.store.ConfigVersion(context.Background())
 	if err != nil {

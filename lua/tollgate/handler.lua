@@ -5,9 +5,9 @@
 --                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
-local keys = require("tollgate.keys")
 local config = require("tollgate.config.apps")
 local settings = require("tollgate.settings")
+local lookup = require("tollgate.config.lookup")
 local cost_mod = require("tollgate.cost")
 local scripts = require("tollgate.redis.scripts")
 local rredis = require("tollgate.redis.client")
@@ -138,15 +138,16 @@ function _M.init_worker()
     reservation.init(conf)
     rules.init(conf, redis_client, redis_scripts)
     watch.init(conf, redis_client)
-    -- apps a full config_dict has no room for: one HGET on the request path, then cached
-    local apps_index = keys.apps_index()
-    config.set_lookup(function(id)
+    -- apps, keys and buckets a full config_dict has no room for: one HGET on the request path,
+    -- bounded and negatively cached (tollgate.config.lookup)
+    lookup.configure(conf)
+    lookup.set(function(hash, field)
         return redis_client:with(conf.op_timeout_ms, function(red)
-            local json, herr = red:hget(apps_index, id)
-            if not json then
+            local v, herr = red:hget(hash, field)
+            if not v then
                 return nil, herr
             end
-            return json ~= ngx.null and json or false
+            return v ~= ngx.null and v or false
         end)
     end)
     events.init(conf, redis_client)

@@ -9,6 +9,7 @@ local keys = require("tollgate.keys")
 local ipmatch = require("tollgate.request.ipmatch")
 local hashload = require("tollgate.config.hashload")
 local reqheaders = require("tollgate.request.headers")
+local lookup = require("tollgate.config.lookup")
 
 local type = type
 local tonumber = tonumber
@@ -27,11 +28,37 @@ local TRUSTED = {}
 local DEFAULT_APP
 local app_header_lc, app_header
 local FORM_MAX = 65536       -- bytes of a browser POST form read for its credential fields
+local AMBIGUOUS = s3.AMBIGUOUS
 
 _M.DOMAINS = {}
 _M.ERROR_S3 = false          -- TOLLGATE_ERROR_FORMAT=s3: every refusal in S3's dialect
 _M.THROTTLE_STATUS = 503
 _M.DELETE_MAX = 2 * 1048576  -- bytes of a DeleteObjects body read to count its keys
+
+--- The refusals of identify() that tollgate.request.access answers (reason -> status,
+-- message) and their S3 error (reason -> status, code, message) for tollgate.request.response.
+_M.REFUSALS = {
+    ambiguous_credentials = { 400, "the request carries credentials that name more than one "
+        .. "access key, or a credential parameter a backend could read differently" },
+    malformed_credentials = { 400, "the request's S3 credentials cannot be read" },
+    post_fields_too_large = { 400, "the form fields before the file are too large" },
+    malformed_xml = { 400, "the DeleteObjects body is not well-formed XML with at most 1000 "
+        .. "keys" },
+    message_too_long = { 400, "the DeleteObjects body is larger than the gateway reads" },
+    lookup_budget_exhausted = { 503, "the node looks up no more unknown ids this second: retry" },
+}
+_M.S3_CODES = {
+    ambiguous_credentials = { 400, "InvalidArgument", "Only one auth mechanism allowed; only "
+        .. "one access key id may be given, in one parameter, header or form field" },
+    malformed_credentials = { 400, "AuthorizationHeaderMalformed",
+        "The authorization header or query parameters are malformed." },
+    post_fields_too_large = { 400, "MaxPostPreDataLengthExceeded",
+        "Your POST request fields preceding the upload file were too large." },
+    malformed_xml = { 400, "MalformedXML", "The XML you provided was not well-formed or did "
+        .. "not validate against our published schema." },
+    message_too_long = { 400, "MaxMessageLengthExceeded", "Your request was too big." },
+    lookup_budget_exhausted = { 503, "SlowDown", "Please reduce your request rate." },
+}
 
 local function split(s)
     local out = {}
@@ -131,13 +158,33 @@ function _M.flush(_, drop)
     keys_c.t, keys_c.n, buckets_c.t, buckets_c.n = {}, 0, {}, 0
 end
 
--- The value of config_dict key prefix .. k through cache c (false when absent).
-local function lookup(c, prefix, k)
+local UNVERIFIED, BUDGET = lookup.UNVERIFIED, lookup.BUDGET
+local ACCESS_KEYS, BUCKETS = keys.access_keys(), keys.buckets()
+
+-- The app of map entry k: config_dict key prefix .. k, through cache c (positive answers
+-- only: a made-up id costs a read of the dict, never a cache entry); while the dict holds part
+-- of the config, a bounded lookup of field k of Redis hash `hash` (tollgate.config.lookup, kind
+-- its prefix there). Returns the app id, false when unknown, nil when it could not be looked up
+-- (nil, "lookup_budget_exhausted": for want of the node's lookup budget).
+local function lookup_map(c, prefix, kind, hash, k)
     local a = c.t[k]
     if a ~= nil then
         return a
     end
-    a = cdict:get(prefix .. k) or false
+    a = cdict:get(prefix .. k)
+    if not a then
+        if not lookup.partial() then
+            return false
+        end
+        local err
+        a, err = lookup.get(kind, hash, k)
+        if not a then
+            return a, err
+        end
+        if not keys.valid_id(a) then
+            return false
+        end
+    end
     if c.n >= CACHE_MAX then
         c.t, c.n = {}, 0
     end
@@ -146,16 +193,16 @@ local function lookup(c, prefix, k)
     return a
 end
 
---- The app of access key id `akid` (a valid key): app id, or false when the key is unknown.
--- The one place a key is resolved: today a read of the map loaded into config_dict.
+--- The app of access key id `akid` (a valid key): app id, false when the key is unknown, nil
+-- when it could not be looked up. The one place a key is resolved.
 local function app_of_key(akid)
-    return lookup(keys_c, "ak:", akid)
+    return lookup_map(keys_c, "ak:", "k:", ACCESS_KEYS, akid)
 end
 _M.app_of_key = app_of_key
 
---- The app owning `bucket`, or false.
+--- The app owning `bucket`: app id, false, or nil when it could not be looked up.
 local function app_of_bucket(bucket)
-    return lookup(buckets_c, "bk:", bucket)
+    return lookup_map(buckets_c, "bk:", "b:", BUCKETS, bucket)
 end
 _M.app_of_bucket = app_of_bucket
 
@@ -200,9 +247,8 @@ function _M.reload(red)
     return b1 + b2
 end
 
--- Credentials of a browser POST upload: the form fields before the file. nginx buffers a
--- request body before proxying it by default (proxy_request_buffering on), so reading it here
--- adds the parse of its first FORM_MAX bytes alone.
+-- Credentials of a browser POST upload: the form fields before the file (at most FORM_MAX
+-- bytes of them, S3 allows 20 KB). Returns akid, how; nil; or nil, nil, reason.
 local function form_key(headers)
     -- Content-Type is not among the headers read for every request: only this one needs it
     local boundary = s3.form_boundary(reqheaders.all(headers)["content-type"])
@@ -211,6 +257,7 @@ local function form_key(headers)
     end
     ngx.req.read_body()
     local body = ngx.req.get_body_data()
+    local truncated = false
     if not body then
         local path = ngx.req.get_body_file()
         if not path then
@@ -220,48 +267,85 @@ local function form_key(headers)
         if not f then
             return nil
         end
-        body = f:read(FORM_MAX)
+        body = f:read(FORM_MAX + 1) or ""
         f:close()
-    elseif #body > FORM_MAX then
-        body = body:sub(1, FORM_MAX)
     end
-    return s3.from_form(body, boundary)
+    if #body > FORM_MAX then
+        body, truncated = body:sub(1, FORM_MAX), true
+    end
+    return s3.from_form(body, boundary, truncated)
 end
 
---- The S3 credentials of a request: access key id and its form, or nil.
+--- The S3 credentials of a request: access key id and its form; nil without any; nil, nil,
+-- reason (REFUSALS) when its credentials could be read as more than one key id (two
+-- Authorization headers, header and query or form naming different keys, and whatever
+-- tollgate.s3.credentials refuses) or cannot be read at all.
 function _M.credentials(headers, q, op)
     local auth = headers.authorization
     if type(auth) == "table" then
-        auth = auth[1]
+        return nil, nil, AMBIGUOUS
     end
-    local akid, how = s3.from_authorization(auth)
-    if akid == nil and q then
-        akid, how = s3.from_query(q)
+    local akid, how, err = s3.from_authorization(auth)
+    if err then
+        return nil, nil, err
     end
-    if akid == nil and op == "PostObject" then
-        akid, how = form_key(headers)
+    if q then
+        local k, h, qerr = s3.from_query(q)
+        if qerr then
+            return nil, nil, qerr
+        end
+        if k then
+            if akid and k ~= akid then
+                return nil, nil, AMBIGUOUS
+            end
+            if not akid then
+                akid, how = k, h
+            end
+        end
+    end
+    if op == "PostObject" then
+        local k, h, ferr = form_key(headers)
+        if ferr then
+            return nil, nil, ferr
+        end
+        if k then
+            if akid and k ~= akid then
+                return nil, nil, AMBIGUOUS
+            end
+            if not akid then
+                akid, how = k, h
+            end
+        end
     end
     return akid, how
 end
 
 --- Whom to charge (vbucket: the bucket of a virtual-hosted request, uri: $uri). Returns app
--- id, access key id (nil without credentials); or nil, reason,
--- access key id for a request to refuse. Reasons: unknown_access_key, invalid_access_key,
--- duplicate_app_id, missing_app_id. Sets ctx.tg_s3 for requests with S3 credentials.
+-- id, access key id (nil without credentials); or nil, reason, access key id for a request to
+-- refuse. Reasons: unknown_access_key, invalid_access_key, duplicate_app_id, missing_app_id and
+-- those of REFUSALS. Sets ctx.tg_s3 for requests with S3 credentials.
 function _M.identify(ctx, headers, q, op, vbucket, uri)
     for i = 1, NSOURCES do
         local src = SOURCES[i]
         local kind = src[1]
         if kind == KEY then
-            local akid = _M.credentials(headers, q, op)
+            local akid, _, cerr = _M.credentials(headers, q, op)
+            if cerr then
+                ctx.tg_s3 = true
+                return nil, cerr, nil
+            end
             if akid ~= nil then
                 ctx.tg_s3 = true
                 if not s3.valid_key(akid) then
                     return nil, "invalid_access_key", nil
                 end
-                local app = app_of_key(akid)
+                local app, lerr = app_of_key(akid)
                 if app then
                     return app, akid
+                elseif lerr == BUDGET then
+                    return nil, lerr, akid
+                elseif app == nil then
+                    return UNVERIFIED, akid     -- Redis did not answer: fail-open, one budget
                 end
                 if DEFAULT_APP then
                     return DEFAULT_APP, akid
@@ -288,9 +372,13 @@ function _M.identify(ctx, headers, q, op, vbucket, uri)
     end
     local bucket = s3.address(vbucket, uri)     -- anonymous: the bucket's owner, if any
     if bucket ~= nil and valid_bucket(bucket) then
-        local app = app_of_bucket(bucket)
+        local app, lerr = app_of_bucket(bucket)
         if app then
             return app
+        elseif lerr == BUDGET then
+            return nil, lerr
+        elseif app == nil then
+            return UNVERIFIED
         end
     end
     return nil, "missing_app_id"

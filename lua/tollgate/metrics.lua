@@ -19,7 +19,8 @@ _M.COST_BUCKETS = COST_BUCKETS
 
 -- the shared dicts of nginx/tollgate_http.conf, whose fill /metrics shows
 local ZONES = { "ratelimit", "connlimit_dict", "config_dict", "tollgate_active", "tollgate_metrics",
-                "tollgate_rules", "tollgate_events", "tollgate_breakers", "tollgate_authfail" }
+                "tollgate_rules", "tollgate_events", "tollgate_breakers", "tollgate_authfail",
+                "tollgate_lookup" }
 
 local HELP = {
     ratelimit_requests_total = { "counter", "Requests by app, method and status." },
@@ -66,9 +67,14 @@ local HELP = {
     ratelimit_config_dict_full_total = { "counter",
         "App configs config_dict had no room for." },
     ratelimit_config_lookups_total = { "counter",
-        "App configs looked up in Redis on demand (config_dict partial, or a first load)." },
+        "Apps, access keys and buckets looked up in Redis on demand (config_dict partial, or a "
+        .. "first load)." },
     ratelimit_config_lookup_errors_total = { "counter",
-        "On-demand app lookups that failed (the request failed open)." },
+        "On-demand lookups that failed (the request failed open, one budget for all of them)." },
+    ratelimit_config_lookups_refused_total = { "counter",
+        "Ids not looked up for want of the node's lookup budget (answered unknown)." },
+    ratelimit_config_lookup_negative_hits_total = { "counter",
+        "Ids answered unknown from the negative cache (no Redis call)." },
     ratelimit_shm_capacity_bytes = { "gauge", "Size of a shared dict (lua_shared_dict) by zone." },
     ratelimit_worker_lua_memory_bytes = { "gauge",
         "Lua heap of an nginx worker (collectgarbage count), by worker, noted every second." },

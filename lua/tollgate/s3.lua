@@ -1,7 +1,7 @@
 -- S3 request parsing, pure Lua (no ngx): the access key id of a request's credentials, the
--- bucket of either addressing style, the S3 operation, the key count of a DeleteObjects body
--- and the S3 XML error body. tollgate reads credentials to know whom to charge; it never checks
--- a signature (the backend does).
+-- bucket of either addressing style, the S3 operation and the S3 XML error body (the key count
+-- of a DeleteObjects body is tollgate.s3.delete's). tollgate reads credentials to know whom to
+-- charge; it never checks a signature (the backend does).
 local credentials = require("tollgate.s3.credentials")
 
 local find = string.find
@@ -245,22 +245,6 @@ function _M.operation(method, level, q, copy_source)
         return "Patch"
     end
     return nil, "unsupported_method"
-end
-
---- Number of <Object> elements of a DeleteObjects body (the keys it deletes).
-function _M.count_objects(body)
-    if type(body) ~= "string" then
-        return 0
-    end
-    local n, pos = 0, 1
-    while true do
-        local s = find(body, "<Object>", pos, true)
-        if not s then
-            return n
-        end
-        n = n + 1
-        pos = s + 8
-    end
 end
 
 local XML_ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",

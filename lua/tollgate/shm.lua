@@ -37,7 +37,7 @@ _M.LAYOUT = {
         { "ak:<access key id>, bk:<bucket>", "the app of an S3 access key, of a bucket", "tollgate.config.load" },
         { "clusters", "the clusters of the configured apps", "tollgate.config.apps" },
         { "partial, loading", "the dict holds only part of the apps; a first load under way", "tollgate.config.load" },
-        { "errors, full_loads, changes_applied, zone_full_total, cache_wipes, lookups, lookup_errors, conn_full_reads", "counters of /metrics' ratelimit_config_*", "tollgate.config.load" },
+        { "errors, full_loads, changes_applied, zone_full_total, cache_wipes, lookups, lookup_errors, lookups_refused, lookup_negative_hits, conn_full_reads", "counters of /metrics' ratelimit_config_*", "tollgate.config.load" },
     },
     tollgate_active = {
         { "<app>", "the app has local state on this node (what the timers visit)", "tollgate.lease.active" },
@@ -60,6 +60,10 @@ _M.LAYOUT = {
     tollgate_breakers = {
         { "<K>|e, <K>|x|<ep>, <K>|w|<ep>|<i>, <K>|h|<ep>, <K>|s|<ep>, <K>|at, <K>|lf, <K>|tq, <K>|tf", "a backend breaker's state, window and probes (layout: tollgate.breaker.breaker)", "tollgate.breaker.breaker" },
         { "k|<K>, kq<worker>", "breakers used on this node, and each worker's queue of them", "tollgate.breaker.breaker" },
+    },
+    tollgate_lookup = {
+        { "a:<app>, k:<access key id>, b:<bucket>", "on-demand lookups of ids a full config_dict does not hold: the answer (0: unknown) for TOLLGATE_LOOKUP_NEGATIVE_TTL (evicts)", "tollgate.config.lookup" },
+        { "rate:<second>", "lookups this node made in that second (TOLLGATE_LOOKUP_RATE)", "tollgate.config.lookup" },
     },
     tollgate_authfail = {
         { "<client ip>", "requests the backend refused as unauthenticated in the last minute (evicts)", "tollgate.request.log" },

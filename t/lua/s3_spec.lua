@@ -1,5 +1,5 @@
--- S3 request parsing: credentials, addressing, the operation table, DeleteObjects bodies, the
--- XML error body.
+-- S3 request parsing: credentials, addressing, the operation table, the XML error body
+-- (DeleteObjects bodies: delete_spec.lua).
 package.path = "lua/?.lua;" .. package.path
 local s3 = require("tollgate.s3")
 local cost = require("tollgate.cost")
@@ -208,22 +208,6 @@ describe("operation table", function()
                 end
             end
         end
-    end)
-end)
-
-describe("DeleteObjects bodies", function()
-    it("count the <Object> elements", function()
-        local keys = {}
-        for i = 1, 1000 do
-            keys[i] = "<Object><Key>k" .. i .. "</Key></Object>"
-        end
-        local body = '<?xml version="1.0" encoding="UTF-8"?><Delete><Quiet>true</Quiet>'
-            .. table.concat(keys) .. "</Delete>"
-        assert.are.equal(1000, s3.count_objects(body))
-        assert.are.equal(1, s3.count_objects("<Delete><Object><Key>a</Key><VersionId>1"
-            .. "</VersionId></Object></Delete>"))
-        assert.are.equal(0, s3.count_objects("<Delete></Delete>"))
-        assert.are.equal(0, s3.count_objects(nil))
     end)
 end)
 

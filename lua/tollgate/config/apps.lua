@@ -9,6 +9,7 @@ local keys = require("tollgate.keys")
 local contract = require("tollgate.config.contract")
 local genpage = require("tollgate.config.genpage")
 local metrics = require("tollgate.metrics")
+local lookup = require("tollgate.config.lookup")
 
 local type = type
 
@@ -60,13 +61,8 @@ local CACHE_MAX = 20000
 local on_generation = {}    -- functions(generation) of per-worker state compiled from config
 local gpage                 -- the generation's mirror (tollgate.config.genpage), nil without one
 local NONE = genpage.NONE
-local lookup                -- function(id) -> json, false (no such app) or nil, err
-
---- Set the on-demand lookup of apps the node does not hold (the zone is full):
---- fn(id) returns the app's JSON, false when there is no such app, or nil, err.
-function _M.set_lookup(fn)
-    lookup = fn
-end
+local APPS = keys.apps_index()
+local UNVERIFIED = lookup.UNVERIFIED
 
 local function get_generation()
     return cdict:get("generation")
@@ -163,6 +159,9 @@ function _M.refresh()
     local v = get_generation()
     if v ~= nil and v ~= cache_version then
         local drop = changed_since(cache_version, v)
+        -- what the generation changed is no longer remembered as unknown
+        lookup.forget(drop and { ["a:"] = drop.app or {}, ["k:"] = drop.key or {},
+                                 ["b:"] = drop.bucket or {} })
         if drop then
             for id in pairs(drop.app or {}) do
                 if cache[id] ~= nil then
@@ -187,9 +186,13 @@ function _M.refresh()
     return v
 end
 
---- The config of app `id`, false when unknown, nil when no config was ever loaded.
+--- The config of app `id`, false when unknown, nil when no config was ever loaded or the app
+--- could not be looked up (lookup.UNVERIFIED: an identity that could not be looked up); nil,
+--- "lookup_budget_exhausted" when the node's lookups of this second are spent. Only
+--- apps are kept in the worker's cache: an unknown id costs a read of config_dict (and, while the
+--- dict holds part of the config, a bounded lookup: tollgate.config.lookup), never a cache entry.
 function _M.app(id)
-    if _M.refresh() == nil then
+    if _M.refresh() == nil or id == UNVERIFIED then
         return nil
     end
     local a = cache[id]
@@ -199,24 +202,20 @@ function _M.app(id)
     local s = cdict:get("app:" .. id)
     if s then
         a = parse_app(id, s) or false
-    elseif lookup and (cdict:get("partial") or cdict:get("loading")) then
+    elseif lookup.partial() then
         -- the zone holds only part of the apps, or a first load is still under way: ask Redis
-        -- (bounded by the cache below, dropped with it on a full load's generation or when the
-        -- app changes); a Redis that does not answer refuses nothing
-        -- (nil: fail-open, as before any config)
-        local json, err = lookup(id)
-        if json then
-            a = parse_app(id, json) or false
-        elseif json == false then
-            a = false
-        else
-            cdict:incr("lookup_errors", 1, 0)
-            ngx.log(ngx.WARN, "tollgate: app ", id, " not looked up: ", tostring(err))
-            return nil
+        -- (bounded: tollgate.config.lookup), keep what it finds in the cache below (dropped with
+        -- it on a full load's generation or when the app changes); a Redis that does not answer
+        -- refuses nothing (nil: the caller's fail-open budget of unverified requests)
+        local json, err = lookup.get("a:", APPS, id)
+        if json == nil then
+            return nil, err == lookup.BUDGET and err or nil
+        elseif not json then
+            return false
         end
-        cdict:incr("lookups", 1, 0)
+        a = parse_app(id, json) or false
     else
-        a = false
+        return false
     end
     if cache_n >= CACHE_MAX then
         cache = {}
@@ -336,6 +335,8 @@ metrics.add_gauges(function(gauges)
     gauges["ratelimit_config_dict_full_total"] = cdict:get("zone_full_total") or 0
     gauges["ratelimit_config_lookups_total"] = cdict:get("lookups") or 0
     gauges["ratelimit_config_lookup_errors_total"] = cdict:get("lookup_errors") or 0
+    gauges["ratelimit_config_lookups_refused_total"] = cdict:get("lookups_refused") or 0
+    gauges["ratelimit_config_lookup_negative_hits_total"] = cdict:get("lookup_negative_hits") or 0
 end)
 
 return _M

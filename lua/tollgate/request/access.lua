@@ -20,6 +20,8 @@ local s3 = require("tollgate.s3")
 local identity = require("tollgate.identity")
 local sigverify = require("tollgate.s3.sigverify")
 local authbudget = require("tollgate.request.authbudget")
+local deletes = require("tollgate.s3.delete")
+local lookup = require("tollgate.config.lookup")
 
 
 local get_method = ngx.req.get_method
@@ -30,6 +32,8 @@ local tonumber = tonumber
 local _M = {}
 
 local calculator
+local UNVERIFIED = { id = lookup.UNVERIFIED }
+local UNVERIFIED_KEYS = shm.keys(lookup.UNVERIFIED)
 local DOMAINS           -- TOLLGATE_S3_DOMAINS (nil without: every request is path-style)
 local MAX_BODY = 5368709120     -- TOLLGATE_MAX_BODY_SIZE: S3's single-PUT limit, 5 GiB
 
@@ -66,31 +70,6 @@ local function announced_size(headers)
     return tonumber(headers["content-length"])
 end
 
--- Keys a DeleteObjects request deletes: the <Object> elements of its body (read up to
--- identity.DELETE_MAX bytes; a larger body is charged S3's maximum of 1000 keys).
-local function delete_keys(headers)
-    local len = tonumber(headers["content-length"])
-    if len and len > identity.DELETE_MAX then
-        return 1000
-    end
-    ngx.req.read_body()
-    local body = ngx.req.get_body_data()
-    if not body then
-        local path = ngx.req.get_body_file()
-        local f = path and io.open(path, "rb")
-        if not f then
-            return 1
-        end
-        body = f:read(identity.DELETE_MAX)
-        f:close()
-    end
-    local n = s3.count_objects(body)
-    if n < 1 then
-        return 1
-    end
-    return n
-end
-
 function _M.run()
     local ctx = reqstate.open()
     local headers = reqheaders.read(ctx.h)
@@ -115,7 +94,11 @@ function _M.run()
         else
             -- (a reason REFUSALS does not list is a 400: InvalidRequest in S3's dialect)
             local row = response.REFUSALS[why]
-            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or why,
+            local known = identity.REFUSALS[why]
+            if why == "lookup_budget_exhausted" then
+                header["Retry-After"] = 1   -- the next second's lookups
+            end
+            return reject_invalid(ctx, why, IDENTITY_REFUSALS[why] or known and known[2] or why,
                 row and row.status or 400)
         end
     end
@@ -132,7 +115,12 @@ function _M.run()
             return reject_invalid(ctx, "invalid_app_id",
                 "app ids must match ^[A-Za-z0-9_-]{1,128}$")
         end
-        a = config.app(id)
+        local aerr
+        a, aerr = config.app(id)
+        if aerr then    -- lookup_budget_exhausted: the node's lookups of this second are spent
+            header["Retry-After"] = 1
+            return reject_invalid(ctx, aerr, identity.REFUSALS[aerr][2])
+        end
     end
     if a == false then
         ctx.tg_label = "_unknown"
@@ -149,10 +137,12 @@ function _M.run()
     end
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open
-        local ok, _, info = l3.fail_open({ id = id }, shm.keys(id), 1)
+        -- (or the id could not be looked up): the one fail-open budget of unverified requests (a
+        -- made-up id never gets a budget, an active-set entry or a metric series of its own)
+        local ok, _, info = l3.fail_open(UNVERIFIED, UNVERIFIED_KEYS, 1)
         ctx.tg_label = "_unconfigured"
         if not ok then
-            info.app_id = id
+            info.app_id = UNVERIFIED.id
             return response.too_many("fail_open_exhausted", 1, info.retry_after, info)
         end
         return
@@ -185,7 +175,12 @@ function _M.run()
     end
     local nkeys
     if op == "DeleteObjects" then
-        nkeys = delete_keys(headers)    -- the one body read before admission (bounded)
+        -- the one body read before admission (bounded, counted as the backend counts it)
+        local derr
+        nkeys, derr = deletes.read(reqheaders.all(headers), identity.DELETE_MAX)
+        if not nkeys then
+            return response.refuse(400, derr, identity.REFUSALS[derr][2])
+        end
     end
 
     local cost, estimate, reserve, chunked = calculator:price(a, op, headers, nkeys)

@@ -51,6 +51,20 @@ local REFUSALS = {
     invalid_request = { status = 400, s3 = "InvalidRequest" },
     entity_too_large = { status = 413, s3 = "EntityTooLarge" },
     duplicate_header = { status = 400, s3 = "InvalidRequest" },
+    -- credentials and bodies read as the backend reads them (tollgate.identity, tollgate.s3.delete)
+    ambiguous_credentials = { status = 400, s3 = "InvalidArgument",
+        msg = "Only one auth mechanism allowed; only one access key id may be given, in one "
+            .. "parameter, header or form field" },
+    malformed_credentials = { status = 400, s3 = "AuthorizationHeaderMalformed",
+        msg = "The authorization header or query parameters are malformed." },
+    post_fields_too_large = { status = 400, s3 = "MaxPostPreDataLengthExceeded",
+        msg = "Your POST request fields preceding the upload file were too large." },
+    malformed_xml = { status = 400, s3 = "MalformedXML", msg = "The XML you provided was not "
+        .. "well-formed or did not validate against our published schema." },
+    message_too_long = { status = 400, s3 = "MaxMessageLengthExceeded",
+        msg = "Your request was too big." },
+    -- an id a full config_dict does not hold, the node's lookups of the second spent
+    lookup_budget_exhausted = { status = 503, s3 = "SlowDown" },
     -- signature verification (tollgate.s3.sigverify): msg is S3's message for the code
     signature_mismatch = { status = 403, s3 = "SignatureDoesNotMatch",
         msg = "The request signature we calculated does not match the signature you provided. "
@@ -264,7 +278,8 @@ end
 -- request). status: the JSON status when the reason is not one of REFUSALS.
 function _M.refuse(status, reason, message)
     local row = REFUSALS[reason] or { status = status }
-    return send(row, { error = row.status == 403 and "forbidden" or "bad_request",
+    return send(row, { error = row.status == 403 and "forbidden"
+                           or row.status == 503 and "service_unavailable" or "bad_request",
                        reason = reason, message = message })
 end
 

@@ -5,7 +5,7 @@
 --                                     acquire or 4xx
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local settings = require("tollgate.settings")
 local lookup = require("tollgate.config.lookup")
 local cost_mod = require("tollgate.cost")
@@ -63,7 +63,7 @@ function _M.init(opts)
     conf = settings.get(opts)
     tune_jit(conf.jit_tune)
     -- the config generation's mirror, mapped before the workers fork (a plain read per request)
-    local _, gerr = config.share_generation()
+    local _, gerr = cfgcache.share_generation()
     if gerr then
         ngx.log(ngx.WARN, "tollgate: no shared page for the config generation (", gerr,
             "); every request reads it from config_dict")
@@ -110,9 +110,9 @@ function _M.init_worker()
     end
     deg.init(conf)
     deg.start()
-    config.on_generation(identity.flush)
-    config.on_generation(sigsecrets.flush)
-    config.publish_generation(true)
+    cfgcache.on_generation(identity.flush)
+    cfgcache.on_generation(sigsecrets.flush)
+    cfgcache.publish_generation(true)
     local client, err = rredis.new({
         url = conf.redis_url, pool_size = conf.pool_size,
         on_start = deg.mark,
@@ -156,7 +156,7 @@ function _M.init_worker()
         if not premature then
             metrics.flush()
             metrics.note_lua_memory()
-            config.publish_generation()
+            cfgcache.publish_generation()
         end
     end)
     local worker0 = ngx.worker.id() == 0
@@ -188,7 +188,7 @@ end
 
 function _M.health()
     ngx.header["Content-Type"] = "application/json"
-    local lost = config.store_lost()
+    local lost = cfgcache.store_lost()
     ngx.print(cjson.encode({
         -- 200 either way: the gateway keeps enforcing its last good config and must stay in
         -- its load balancer; the status says what monitoring must see
@@ -198,8 +198,8 @@ function _M.health()
         node_id = conf.node_id,
         redis = deg.is_open() and "unavailable" or "ok",
         degradation_level = deg.level(),
-        config_version = config.version(),
-        config_epoch = config.epoch(),
+        config_version = cfgcache.version(),
+        config_epoch = cfgcache.epoch(),
         mode = conf.mode,
         version = VERSION,
     }))

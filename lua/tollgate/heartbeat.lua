@@ -5,7 +5,7 @@
 -- refusal totals per app, breaker states, leaked connection slots and the last cleanup run.
 -- A node that stops reporting is stale after 30 s. Sent in the config poll's Redis round
 -- (tollgate.config.watch), not a connection of its own.
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local deg = require("tollgate.redis.degradation")
 local metrics = require("tollgate.metrics")
 local connlimit = require("tollgate.conn.limiter")
@@ -34,8 +34,8 @@ function _M.report(t)
     return {
         node_id = conf.node_id,
         last_seen = floor(t),
-        config_version = config.version(),
-        config_store_lost = config.store_lost(),
+        config_version = cfgcache.version(),
+        config_store_lost = cfgcache.store_lost(),
         mode = conf.mode,
         degradation_level = deg.level(),
         redis_latency_ms = deg.latency() * 1000,

@@ -32,10 +32,10 @@ _M.LAYOUT = {
     },
     config_dict = {
         { "version, epoch, store_lost, store_lost_total", "the config version held, the store's epoch, whether the store was lost", "tollgate.config.load" },
-        { "generation, chg:<g>", "the config generation and the journal of what each changed", "tollgate.config.apps" },
+        { "generation, chg:<g>", "the config generation and the journal of what each changed", "tollgate.config.cache" },
         { "app:<app>, rule:<id>, rule_ids, breakers", "app configs, rules, their ids, breaker configs (JSON)", "tollgate.config.load" },
         { "ak:<access key id>, bk:<bucket>", "the app of an S3 access key, of a bucket", "tollgate.config.load" },
-        { "clusters", "the clusters of the configured apps", "tollgate.config.apps" },
+        { "clusters", "the clusters of the configured apps", "tollgate.config.cache" },
         { "partial, loading", "the dict holds only part of the apps; a first load under way", "tollgate.config.load" },
         { "errors, full_loads, changes_applied, zone_full_total, cache_wipes, lookups, lookup_errors, lookups_refused, lookup_negative_hits, conn_full_reads", "counters of /metrics' ratelimit_config_*", "tollgate.config.load" },
     },

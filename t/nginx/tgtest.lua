@@ -1,6 +1,6 @@
 -- Test endpoints of the integration suites: call tollgate's modules inside nginx.
 local cjson = require("cjson.safe")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local shm = require("tollgate.shm")
 local l3 = require("tollgate.lease.bucket")
 local s3 = require("tollgate.s3")
@@ -16,7 +16,7 @@ end
 
 local function app_arg()
     local id = ngx.var.arg_app
-    local a = id and config.app(id)
+    local a = id and cfgcache.app(id)
     if not a then
         ngx.status = 404
         reply({ error = "unknown app " .. tostring(id) })
@@ -112,7 +112,7 @@ local cdict = ngx.shared.connlimit_dict
 local function conn_target()
     local id, cluster = ngx.var.arg_app, ngx.var.arg_cluster
     if not cluster then
-        local a = id and config.app(id)
+        local a = id and cfgcache.app(id)
         cluster = a and a.cluster
     end
     return id, cluster
@@ -207,14 +207,14 @@ end
 -- The config generation as this worker sees it: its mirror page and config_dict.
 function actions.generation()
     local p = require("tollgate.config.genpage").page()
-    reply({ pid = ngx.worker.pid(), page = p and p[0] or nil, dict = config.generation(),
+    reply({ pid = ngx.worker.pid(), page = p and p[0] or nil, dict = cfgcache.generation(),
             addr = p and string.format("%.0f", tonumber(require("ffi").cast("uintptr_t", p))) })
 end
 
 -- Move the config generation (from whichever worker answers).
 function actions.bump()
-    config.bump()
-    reply({ pid = ngx.worker.pid(), dict = config.generation() })
+    cfgcache.bump()
+    reply({ pid = ngx.worker.pid(), dict = cfgcache.generation() })
 end
 
 function actions.conn_workers()
@@ -287,7 +287,7 @@ end
 
 function actions.breakers()
     -- this worker on the current generation first, as a request would bring it
-    require("tollgate.config.apps").refresh()
+    require("tollgate.config.cache").refresh()
     reply(require("tollgate.breaker.breaker").report())
 end
 

@@ -11,7 +11,7 @@
 --   kq<w>            list: breakers first used since worker <w> last read it (learn_used)
 -- Every transition goes through the marker of the epoch it leaves, so exactly one worker makes
 -- it (and logs it, counts it and emits its event). Counters of an epoch die with it.
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local breaker_config = require("tollgate.breaker.config")
 local metrics = require("tollgate.metrics")
 local events = require("tollgate.events")
@@ -87,7 +87,7 @@ function _M.compile(generation)
     kcache, kcache_n = {}, 0
 end
 -- a generation that changed no breaker keeps the compiled ones
-config.on_generation(function(g, drop)
+cfgcache.on_generation(function(g, drop)
     if drop and not drop.breaker and compiled_gen ~= nil then
         compiled_gen = g
         return
@@ -329,7 +329,7 @@ end
 -- Breaker states of this node ({K = {b, kt}}): every configured breaker plus the per-app ones
 -- that have been used (off the request path: compiles a generation no request brought yet).
 local function known()
-    local gen = config.generation()
+    local gen = cfgcache.generation()
     if gen ~= compiled_gen then
         _M.compile(gen)
     end

@@ -1,12 +1,12 @@
 -- Bringing a node to the store's config (worker 0, tollgate.config.watch): apply the change
 -- log (ratelimit:config:changes) from the version the node holds, or load everything when it
 -- cannot; in both cases only from the store this gateway knew (its epoch; docs/design.md §8).
--- The parsed configs live in config_dict through tollgate.config.apps.
+-- The parsed configs live in config_dict through tollgate.config.cache.
 local keys = require("tollgate.keys")
 local rules_parse = require("tollgate.rules.parse")
 local breaker_config = require("tollgate.breaker.config")
 local hashload = require("tollgate.config.hashload")
-local apps = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local connconf = require("tollgate.conn.config")
 local s3 = require("tollgate.s3")
 
@@ -15,9 +15,9 @@ local tonumber = tonumber
 local _M = {}
 
 local cdict = ngx.shared.config_dict
-local parse_app = apps.parse_app
-local add_clusters = apps.add_clusters
-local JOURNAL_TTL = apps.JOURNAL_TTL
+local parse_app = cfgcache.parse_app
+local add_clusters = cfgcache.add_clusters
+local JOURNAL_TTL = cfgcache.JOURNAL_TTL
 
 local function identity_valid_bucket(b)
     return require("tollgate.identity").valid_bucket(b)
@@ -338,7 +338,7 @@ function _M.apply_changes(red, version)
     local g = cdict:incr("generation", 1, 0)
     -- the journal expires: a worker that comes back later than that drops everything
     cdict:safe_set("chg:" .. g, table.concat(journal, "\n"), JOURNAL_TTL)
-    apps.publish()
+    cfgcache.publish()
     return upto, changed
 end
 
@@ -391,7 +391,7 @@ end
 -- come with a yield between pages (tollgate.config.hashload), what is gone dropped without a
 -- walk of the dict (the connection limits follow: tollgate.config.watch). An entry that does
 -- not parse keeps its last good config and counts an error. A node without config ("loading")
--- looks up the apps it has not loaded yet on demand (config.app) and reports no version until
+-- looks up the apps it has not loaded yet on demand (cfgcache.app) and reports no version until
 -- the load is done. A store that is not the one this gateway knew (check_store) loads nothing.
 -- Returns the version and the apps loaded ({id, cluster}), or nil, err.
 function _M.reload(red)
@@ -402,7 +402,7 @@ function _M.reload(red)
     if not cdict:get("version") and not cdict:get("loading") then
         cdict:set("loading", 1)
         cdict:incr("generation", 1, 0)  -- a generation, no version yet: apps looked up on demand
-        apps.publish()
+        cfgcache.publish()
     end
     local loaded, clusters = {}, {}
     local bad, serr, full = hashload.into_dict(red, keys.apps_index(), cdict, "app:",
@@ -449,7 +449,7 @@ function _M.reload(red)
     cdict:delete("loading")
     cdict:incr("generation", 1, 0)
     cdict:incr("full_loads", 1, 0)
-    apps.publish()
+    cfgcache.publish()
     return version, loaded
 end
 

@@ -2,7 +2,7 @@
 -- the version so that a missed notice converges within one poll interval (docs/design.md §8).
 -- The poll's Redis round also carries the node's report (tollgate.heartbeat) when it is due,
 -- and the emergency state's refresh.
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local load = require("tollgate.config.load")
 local emergency = require("tollgate.lease.emergency")
 local heartbeat = require("tollgate.heartbeat")
@@ -47,7 +47,7 @@ local function reload(reason)
         end)
         if not r then
             v = nil
-            if not config.store_lost() then    -- a lost store was logged once by config
+            if not cfgcache.store_lost() then    -- a lost store was logged once by config
                 log(WARN, "tollgate: config reload (", reason, ") failed: ", err)
             end
         else
@@ -87,7 +87,7 @@ local function poll(premature)
         if eperr then
             return nil, eperr
         end
-        if epoch ~= ngx.null and epoch ~= config.epoch() then
+        if epoch ~= ngx.null and epoch ~= cfgcache.epoch() then
             ver = "epoch:" .. epoch    -- another epoch: reload, which decides
         end
         local ok, herr = heartbeat.report_if_due(red, now())
@@ -104,8 +104,8 @@ local function poll(premature)
     if err then
         return
     end
-    local current = config.version()
-    if current == nil or tonumber(v) ~= current or config.store_lost() then
+    local current = cfgcache.version()
+    if current == nil or tonumber(v) ~= current or cfgcache.store_lost() then
         reload("poll")
     end
 end

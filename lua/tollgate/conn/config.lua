@@ -9,7 +9,7 @@
 -- keeps the last good one, a missing one means the defaults, Redis down keeps what is known.
 local keys = require("tollgate.keys")
 local contract = require("tollgate.config.contract")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local settings = require("tollgate.settings")
 local metrics = require("tollgate.metrics")
 
@@ -57,7 +57,7 @@ end
 local cache, cache_n = {}, 0
 local CACHE_MAX = 20000
 -- a new generation drops the entries of the apps and clusters it names (all without a journal)
-config.on_generation(function(_, drop)
+cfgcache.on_generation(function(_, drop)
     if not drop or drop.conn_all then
         cache, cache_n = {}, 0
         return
@@ -86,8 +86,8 @@ function _M.init(client, bg_ms)
 end
 
 --- The limits of app `id` in `cluster` and the names of its counters, cached per config
--- generation: on the request path config.cached() or config.app() has just brought the caches
--- up to date; elsewhere call config.refresh() first.
+-- generation: on the request path cfgcache.cached() or cfgcache.app() has just brought the caches
+-- up to date; elsewhere call cfgcache.refresh() first.
 function _M.entry(id, cluster)
     local e = cache[id]
     if e and e.cluster == cluster then
@@ -122,7 +122,7 @@ function _M.entry(id, cluster)
     return e
 end
 
-local bump = config.bump
+local bump = cfgcache.bump
 
 --- Set (or with max nil, clear) the limits of app `id`; validated like a config from Redis.
 function _M.set_app_limits(id, max, burst, no_bump)
@@ -273,7 +273,7 @@ limited = function(red, apps, clusters)
 end
 
 --- Re-read the limits of the apps `list` ({id, cluster}; when nil, every app the node holds,
---- config.app_ids()) and their clusters from Redis (worker 0), then a new generation that names
+--- cfgcache.app_ids()) and their clusters from Redis (worker 0), then a new generation that names
 --- them (workers drop those entries only), or, for every app (`all`), that drops every worker's
 --- connection-limit entries ("conn_all") and nothing else.
 function _M.refresh(reason, list, all)
@@ -293,8 +293,8 @@ function _M.refresh(reason, list, all)
         end
     else
         all = true
-        for _, id in ipairs(config.app_ids()) do
-            add(config.app(id))
+        for _, id in ipairs(cfgcache.app_ids()) do
+            add(cfgcache.app(id))
         end
     end
     local res, err = redis_client:with(BG_MS, function(red)
@@ -318,7 +318,7 @@ function _M.refresh(reason, list, all)
     end
     if all then
         ngx.shared.config_dict:incr("conn_full_reads", 1, 0)    -- /metrics: conn_full_reads
-        config.bump({ "conn_all -" })
+        cfgcache.bump({ "conn_all -" })
     else
         local journal = {}
         for _, a in ipairs(apps) do
@@ -327,7 +327,7 @@ function _M.refresh(reason, list, all)
         for _, c in ipairs(clusters) do
             journal[#journal + 1] = "conn_cluster " .. c
         end
-        config.bump(journal)
+        cfgcache.bump(journal)
     end
     return true
 end

@@ -11,7 +11,7 @@
 -- threshold_exceeded event; node totals leaked_total and cleanup_last_run (Unix s).
 local keys = require("tollgate.keys")
 local rredis = require("tollgate.redis.client")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local active = require("tollgate.lease.active")
 local metrics = require("tollgate.metrics")
 local response = require("tollgate.request.response")
@@ -238,7 +238,7 @@ end
 
 --- Counters and limits of app `id` in `cluster` on this node.
 function _M.state(id, cluster)
-    config.refresh()
+    cfgcache.refresh()
     local e = entry(id, cluster)
     return {
         app_current = dict:get(e.akey) or 0, app_peak = dict:get(e.pkey) or 0,
@@ -269,7 +269,7 @@ end
 local function report()
     local rows = {}
     for _, id in ipairs(active.list()) do   -- apps with local state, not every app
-        local a = config.app(id)
+        local a = cfgcache.app(id)
         local cur = a and dict:get("ca:" .. id)
         if cur then
             rows[#rows + 1] = { keys.conn_node_stats(a.cluster, id, NODE), cur,
@@ -309,7 +309,7 @@ end
 local function gauges(g)
     local clusters = {}
     for _, id in ipairs(active.list()) do   -- apps with local state, not every app
-        local a = config.app(id)
+        local a = cfgcache.app(id)
         local cur = a and dict:get("ca:" .. id)
         if cur then
             local l = format('{app_id="%s",cluster_id="%s"}', id, a.cluster)
@@ -356,10 +356,10 @@ function _M.start(settings, client)
         every(conf.stats_interval, report)
         -- the apps with state on the node (a config notice refreshes the others)
         every(conf.config_ttl, function()
-            config.refresh()
+            cfgcache.refresh()
             local list = {}
             for _, id in ipairs(active.list()) do
-                local a = config.app(id)
+                local a = cfgcache.app(id)
                 if a then
                     list[#list + 1] = a
                 end

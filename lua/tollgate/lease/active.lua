@@ -10,7 +10,7 @@
 -- reload it reads the dict's keys once. Only worker 0 removes a member (forget), and only once
 -- its state is gone; a worker that adds state after that check re-joins by itself.
 -- If the dict is full, the node falls back to visiting every configured app (and says so once).
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 
 local dict = ngx.shared.tollgate_active
 local log = ngx.log
@@ -75,7 +75,7 @@ end
 --- Worker 0: call fn(id) for every member (or every configured app when degraded).
 function _M.each(fn)
     if _M.degraded() then
-        for _, id in ipairs(config.app_ids()) do
+        for _, id in ipairs(cfgcache.app_ids()) do
             fn(id)
         end
         return
@@ -105,7 +105,7 @@ end
 --- request path).
 function _M.list()
     if _M.degraded() then
-        return config.app_ids()
+        return cfgcache.app_ids()
     end
     local ids = {}
     for _, id in pairs(dict:get_keys(0)) do

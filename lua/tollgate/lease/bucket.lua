@@ -8,7 +8,7 @@ local metrics = require("tollgate.metrics")
 local deg = require("tollgate.redis.degradation")
 local active = require("tollgate.lease.active")
 local sync = require("tollgate.lease.sync")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 
 local dict = shm.dict
 local K = shm.keys
@@ -261,7 +261,7 @@ local function slow_acquire(a, k, cost)
     if res[5] == "unknown_app" then
         -- the gateway knows the app but Redis lost its state: not the client's fault (while the
         -- whole config store is lost, config logged that once: no line per request)
-        if not config.store_lost() then
+        if not cfgcache.store_lost() then
             log(ERR, "tollgate: L2 state of ", a.id, " missing in Redis, failing open")
         end
         return fail_open(a, k, cost)

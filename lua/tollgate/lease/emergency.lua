@@ -5,7 +5,7 @@
 -- apply the ratios to refills. The state expires on the node at `until` by itself, so an
 -- emergency ends on time even with the control plane down.
 local cjson = require("cjson.safe")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local shm = require("tollgate.shm")
 
 local dict = shm.dict
@@ -34,7 +34,7 @@ end
 -- apps with local state (the active set) hold a lease: no walk of every configured app.
 local function scale_leases(cluster)
     for _, id in ipairs(require("tollgate.lease.active").list()) do
-        local a = config.app(id)
+        local a = cfgcache.app(id)
         if a and a.cluster == cluster then
             local ratio = _M.ratio(a.priority)
             if ratio < 1 then
@@ -88,8 +88,8 @@ end
 
 --- Poll the emergency state of every cluster the node knows (red: a Redis connection).
 function _M.refresh(red)
-    -- one app of each cluster (config.clusters: computed once per config generation)
-    for _, a in ipairs(config.clusters()) do
+    -- one app of each cluster (cfgcache.clusters: computed once per config generation)
+    for _, a in ipairs(cfgcache.clusters()) do
         local v, err = red:hmget(a.k_l1, "emergency_mode", "emergency_until", "emergency_reason")
         if not v then
             return nil, err

@@ -107,7 +107,7 @@ end
 local function release(n, rec, result)
     local app, est, left = parse(rec)
     dict:delete(slot_key(n))
-    local a = require("tollgate.config.apps").app(app)
+    local a = require("tollgate.config.cache").app(app)
     if a and left > 0 then
         bucket.refund(a, left)
     end

@@ -6,7 +6,7 @@
 local shm = require("tollgate.shm")
 local scripts = require("tollgate.redis.scripts")
 local metrics = require("tollgate.metrics")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local deg = require("tollgate.redis.degradation")
 local emergency = require("tollgate.lease.emergency")
 local active = require("tollgate.lease.active")
@@ -243,7 +243,7 @@ function _M.tick()
     local quiet_after = conf.idle_return_after + HEARTBEAT
     active.each(function(id)
         visited = visited + 1
-        local a = config.app(id)
+        local a = cfgcache.app(id)
         if not a then
             return
         end

@@ -1,7 +1,7 @@
 -- The access phase (access_by_lua): identify the app, classify and price the request, take a
 -- connection slot, check the rules, acquire the cost from the lease (L3) — or refuse with a 4xx
 -- in the dialect the client speaks. tollgate.handler wires it as access().
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local keys = require("tollgate.keys")
 local metrics = require("tollgate.metrics")
 local response = require("tollgate.request.response")
@@ -80,8 +80,8 @@ function _M.run()
     local path = s3.raw_path(var.request_uri, q ~= nil)
     local vbucket = DOMAINS and s3.vhost_bucket(headers.host, DOMAINS) or nil
     local op = s3.operation(method, s3.level(vbucket, path), q, headers["x-amz-copy-source"] ~= nil)
-    if not config.current() then
-        config.refresh()            -- the access key and bucket maps of the current config
+    if not cfgcache.current() then
+        cfgcache.refresh()            -- the access key and bucket maps of the current config
     end
     local id, why, akid = identity.identify(ctx, headers, q, op, vbucket, path)
     if id then
@@ -89,7 +89,7 @@ function _M.run()
     end
     ctx.tg_akid = akid or false
     if not id then
-        if why == "unknown_access_key" and config.version() == nil then
+        if why == "unknown_access_key" and cfgcache.version() == nil then
             id = "_s3"      -- no config was ever loaded: fail-open below, one budget for keys
         else
             -- (a reason REFUSALS does not list is a 400: InvalidRequest in S3's dialect)
@@ -109,14 +109,14 @@ function _M.run()
             return reject_invalid(ctx, sreason, r[2], r[1])
         end
     end
-    local a = config.cached(id)
+    local a = cfgcache.cached(id)
     if not a then
         if not keys.valid_id(id) then
             return reject_invalid(ctx, "invalid_app_id",
                 "app ids must match ^[A-Za-z0-9_-]{1,128}$")
         end
         local aerr
-        a, aerr = config.app(id)
+        a, aerr = cfgcache.app(id)
         if aerr then    -- lookup_budget_exhausted: the node's lookups of this second are spent
             header["Retry-After"] = 1
             return reject_invalid(ctx, aerr, identity.REFUSALS[aerr][2])

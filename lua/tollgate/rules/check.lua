@@ -1,7 +1,7 @@
 -- Rules (docs/rules-contract.md §2): per worker, the rule set of the current config generation
 -- compiled once (checked, sorted by priority then id, indexed by app and method), then checked for
 -- each request after the connection limiter and before the tiers. Without rules a request
--- pays one comparison (the generation comes from config.on_generation, not from the dict).
+-- pays one comparison (the generation comes from cfgcache.on_generation, not from the dict).
 -- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
 -- rules_global); the hits/actions counters are metrics series, pushed to
 -- `ratelimit:rules:stats` by worker 0 about every second.
@@ -13,7 +13,7 @@ local metrics = require("tollgate.metrics")
 local keys = require("tollgate.keys")
 local scripts = require("tollgate.redis.scripts")
 local events = require("tollgate.events")
-local config = require("tollgate.config.apps")
+local cfgcache = require("tollgate.config.cache")
 local reqheaders = require("tollgate.request.headers")
 local glob_match = require("tollgate.rules.glob").match
 
@@ -33,7 +33,7 @@ local _M = {}
 
 local conf, redis_client, redis_scripts
 local gen = false             -- generation of the compiled set
-local current = nil           -- the generation this worker serves (config.on_generation)
+local current = nil           -- the generation this worker serves (cfgcache.on_generation)
 local all = {}                -- every enabled rule, in order
 local memo = {}               -- app id -> method -> candidate rules (lazily)
 local memo_n = 0
@@ -75,10 +75,10 @@ local function compile(g)
     all, memo, memo_n, gen = list, {}, 0, g
 end
 
--- A request reaches check() only after config.app/cached saw this worker on the current
+-- A request reaches check() only after cfgcache.app/cached saw this worker on the current
 -- generation, which calls this first: the hot path compares two Lua values, no dict read.
 -- A generation that changed no rule keeps the compiled set (and its memo) as it is.
-config.on_generation(function(g, drop)
+cfgcache.on_generation(function(g, drop)
     if drop and not drop.rule and gen == current then
         gen = g
     end
@@ -112,7 +112,7 @@ end
 
 --- The compiled rules of this worker (recompiled when the config generation moved).
 function _M.list()
-    local g = config.generation()
+    local g = cfgcache.generation()
     if g ~= gen then
         compile(g)
     end

@@ -17,7 +17,9 @@ type appMetrics struct {
 	// first phase [0, ShiftAt)
 	wAdmitted, wIdeal int64
 	// this step
-	stepAdmitted, stepIdeal int64
+	stepAdmitted, stepIdeal, stepDemand int64
+	// per step (Custom workloads): offered and admitted cost
+	offered, admittedSteps []int64
 	// per step after the shift (shifted apps)
 	after [][2]int64
 	// emergency window
@@ -68,6 +70,7 @@ func (m *runMetrics) reject(a *app, reason string, n int64) {
 
 func (m *runMetrics) demand(a *app, n int64) {
 	a.m.demand += n * a.cost
+	a.m.stepDemand += n * a.cost
 	if m.now >= m.winFrom {
 		a.m.lateDemand += n * a.cost
 	}
@@ -110,7 +113,11 @@ func (m *runMetrics) step(s *Sim) {
 			a.m.emAdmitted += a.m.stepAdmitted
 			a.m.emIdeal += a.m.stepIdeal
 		}
-		a.m.stepAdmitted, a.m.stepIdeal = 0, 0
+		if s.cfg.Custom != nil {
+			a.m.offered = append(a.m.offered, a.m.stepDemand)
+			a.m.admittedSteps = append(a.m.admittedSteps, a.m.stepAdmitted)
+		}
+		a.m.stepAdmitted, a.m.stepIdeal, a.m.stepDemand = 0, 0, 0
 	}
 }
 
@@ -160,6 +167,14 @@ type Result struct {
 	Rejected      map[string]int64
 	RoundLimit    int64
 	VirtualPerSec float64 // virtual seconds simulated per wall second
+	// Series are, for a Custom workload, each app's offered and admitted cost per step.
+	Series []Series
+}
+
+// Series is one app's offered and admitted cost per step.
+type Series struct {
+	ID                string
+	Offered, Admitted []int64
 }
 
 func (s *Sim) result(wall time.Duration) *Result {
@@ -175,6 +190,9 @@ func (s *Sim) result(wall time.Duration) *Result {
 	var conv, ctrl []time.Duration
 	var p12a, p12i, p0a, p0i int64
 	for _, a := range s.live {
+		if s.cfg.Custom != nil {
+			r.Series = append(r.Series, Series{ID: a.id, Offered: a.m.offered, Admitted: a.m.admittedSteps})
+		}
 		adm += a.m.admitted
 		idl += a.m.ideal
 		for k, v := range a.m.rejected {

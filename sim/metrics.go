@@ -222,7 +222,7 @@ func (s *Sim) result(wall time.Duration) *Result {
 		}
 		if a.shifted {
 			r.ShiftedApps++
-			if d, ok := converge(a.m.after, stepDur, a.cost); ok {
+			if d, ok := converge(a.m.after, stepDur, a.cost, a.g); ok {
 				conv = append(conv, d)
 			} else {
 				r.NotConverged++
@@ -230,7 +230,7 @@ func (s *Sim) result(wall time.Duration) *Result {
 		}
 		if a.control {
 			r.ControlApps++
-			d, ok := converge(a.m.after, stepDur, a.cost)
+			d, ok := converge(a.m.after, stepDur, a.cost, a.g)
 			if !ok {
 				d = 5 * time.Second
 			}
@@ -289,28 +289,34 @@ func (s *Sim) result(wall time.Duration) *Result {
 	return r
 }
 
-// converge is the time after the shift from which the app's admitted cost, over every 500 ms
-// window of the following second, stays within 2 % (plus two requests, the granularity of
-// small apps) of its ideal bucket's.
-func converge(series [][2]int64, step time.Duration, cost int64) (time.Duration, bool) {
-	win := int(500 * time.Millisecond / step)
-	hold := int(time.Second / step)
-	ok := func(i int) bool {
-		var a, b int64
-		for k := i; k < i+win; k++ {
-			a += series[k][0]
-			b += series[k][1]
-		}
-		return math.Abs(float64(a-b)) <= 0.02*float64(b)+float64(2*cost)
-	}
-	for i := 0; i+hold <= len(series); i++ {
-		good := true
-		for k := i; k+win <= i+hold && good; k++ {
-			good = ok(k)
-		}
-		if good {
-			return time.Duration(i) * step, true
+// converge is the time after the shift from which the app's admitted cost stops drifting away
+// from its ideal bucket's: with gap(t) = Σ (ideal − admitted) since the shift, it is the first
+// 100 ms boundary τ from which gap stays within ε of gap(τ) until the end of the window,
+// ε = 100 ms of the app's guarantee plus two requests. An app whose admission tracks the ideal
+// rate from the start reads 0, whatever offset it had at the shift (a constant offset is not a
+// rate that differs); an app still drifting in the window's last second has not converged.
+func converge(series [][2]int64, step time.Duration, cost, g int64) (time.Duration, bool) {
+	bin := max(1, int(100*time.Millisecond/step))
+	eps := 0.1*float64(g) + float64(2*cost)
+	gap := []float64{0}
+	var x float64
+	for i, v := range series {
+		x += float64(v[1] - v[0])
+		if (i+1)%bin == 0 {
+			gap = append(gap, x)
 		}
 	}
-	return 0, false
+	tau := len(gap) - 1
+	for t := len(gap) - 1; t >= 0; t-- {
+		stable := true
+		for u := t; u < len(gap) && stable; u++ {
+			stable = math.Abs(gap[u]-gap[t]) <= eps
+		}
+		if !stable {
+			break
+		}
+		tau = t
+	}
+	d := time.Duration(tau*bin) * step
+	return d, d <= time.Duration(len(series))*step-time.Second
 }

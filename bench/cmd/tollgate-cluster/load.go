@@ -119,12 +119,13 @@ type generator struct {
 	sem     []chan struct{}
 	start   time.Time
 	wg      sync.WaitGroup
+	verbose bool
 }
 
 const maxInflight = 256
 
 func newGenerator(w *workload, st *stack, rec *recorder) *generator {
-	g := &generator{w: w, st: st, rec: rec, l2: newL2Reader(st.rdb, w, rec)}
+	g := &generator{w: w, st: st, rec: rec, l2: newL2Reader(st.rdb, w, rec), verbose: st.o.verbose}
 	for range st.nodes {
 		g.clients = append(g.clients, &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
 			MaxIdleConnsPerHost: maxInflight, IdleConnTimeout: 30 * time.Second, DisableCompression: true}})
@@ -223,8 +224,13 @@ func (g *generator) request(ctx context.Context, n, i, s int, url string) {
 			reason = strconv.Itoa(resp.StatusCode)
 		}
 		g.rec.reason(reason)
-		if g.l2.held(ctx, i) >= falseThreshold(g.w.apps[i]) {
+		held := g.l2.held(ctx, i)
+		if held >= falseThreshold(g.w.apps[i]) {
 			g.rec.falseRefused.Add(1)
+		}
+		if g.verbose && (g.w.apps[i].demand < 1 || held >= falseThreshold(g.w.apps[i])) {
+			g.st.o.logf("refused %s on node %d at %.2fs: %s, L2 holds %.0f: %s", g.w.apps[i].id, n,
+				time.Since(g.start).Seconds(), reason, held, body)
 		}
 	default:
 		g.rec.errors.Add(1)

@@ -50,6 +50,7 @@ type options struct {
 	noSim        bool
 	jsonOut      bool
 	keep         bool
+	verbose      bool
 	progress     io.Writer
 }
 
@@ -82,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.split, "split", "", "split of each app's traffic: 50/50 (even over the nodes), 90/10 or 99/1 (one primary node per app, the rest shared by the others); default per scenario")
 	fs.DurationVar(&o.dur, "duration", 20*time.Second, "load per run (scenario c: at least 30s)")
 	fs.IntVar(&o.apps, "apps", 8, "apps M")
-	fs.Float64Var(&o.reqs, "rate", 1200, "requests per second the generator offers in all")
+	fs.Float64Var(&o.reqs, "rate", 600, "requests per second the generator offers in all")
 	fs.IntVar(&o.workers, "workers", 1, "nginx workers per node")
 	fs.BoolVar(&o.redisCluster, "redis-cluster", false, "a 3-master Redis Cluster instead of one redis-server")
 	fs.DurationVar(&o.reconcile, "reconcile", 60*time.Second, "control plane reconciliation interval (TOLLGATE_CP_RECONCILE_INTERVAL)")
@@ -90,6 +91,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.noSim, "no-sim", false, "skip the simulator's run of each workload")
 	fs.BoolVar(&o.jsonOut, "json", false, "end with one JSON line of the (last) run's figures")
 	fs.BoolVar(&o.keep, "keep", false, "keep the runs' directories (logs) under $TMPDIR")
+	fs.BoolVar(&o.verbose, "v", false, "print each app's figures and L2 ledger after each run")
 	sweep := fs.Bool("sweep", false, "K = 2,4,8,16 × every scenario, 15 s each (c: 30 s)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -156,14 +158,15 @@ type row struct {
 	Idle                       float64 // machine idle CPU during the load, %
 	Lost                       int64   // admitted cost that never reached L2's consumption totals
 	Admitted                   int64
+	FailOpen                   int64 // cost admitted from the nodes' fail-open budgets (Redis too slow)
 	Reasons                    map[string]int64
 	Bound                      bool // the machine, not tollgate, limited the run
 }
 
 func (r row) line() string {
-	return fmt.Sprintf("%-4s K=%-2d overshoot %.2f%% worst %.2f%% util mean %.1f%% worst %.1f%% conv p99 %.1fs (control %.1fs) false %d/%d lost %d redis %.0f/s achieved %.1f%% idle %.0f%%",
+	return fmt.Sprintf("%-4s K=%-2d overshoot %.2f%% worst %.2f%% util mean %.1f%% worst %.1f%% conv p99 %.1fs (control %.1fs) false %d/%d fail-open %d lost %d redis %.0f/s achieved %.1f%% idle %.0f%%",
 		r.Scenario, r.K, r.Real.Overshoot, r.Real.WorstOvershoot, r.Real.MeanUtil, r.Real.WorstUtil,
-		r.Real.ConvP99, r.Real.ConvControlP99, r.Real.FalseRefusals, r.Real.Refusals, r.Lost, r.RedisPerSec, r.Achieved, r.Idle)
+		r.Real.ConvP99, r.Real.ConvControlP99, r.Real.FalseRefusals, r.Real.Refusals, r.FailOpen, r.Lost, r.RedisPerSec, r.Achieved, r.Idle)
 }
 
 func runOne(ctx context.Context, o options, sc string, k int) (row, error) {
@@ -244,6 +247,13 @@ func runOne(ctx context.Context, o options, sc string, k int) (row, error) {
 		r.Admitted += sum(s.admitted)
 	}
 	r.Lost = r.Admitted - st.consumed(ctx, w, r.Admitted)
+	for _, a := range w.apps {
+		v, _ := st.rdb.HGet(ctx, keys.Stats(clusterID, a.id), "fail_open_consumed").Int64()
+		r.FailOpen += v
+	}
+	if o.verbose {
+		st.dumpApps(ctx, w, ser)
+	}
 	if !o.noSim {
 		f, err := simulate(ctx, w, o)
 		if err != nil {
@@ -315,8 +325,8 @@ func render(o options, rows []row) string {
 	}
 	fmt.Fprintf(&b, "\n## tollgate-cluster: %d apps, %.0f req/s offered, %d nginx worker(s) per node, %s (shared machine)\n\n",
 		o.apps, o.reqs, o.workers, topo)
-	fmt.Fprintln(&b, "| scenario | K | overshoot % (sim) | worst app overshoot % (sim) | utilisation mean % (sim) | worst app utilisation % (sim) | convergence p99 s (sim) | control p99 s | false refusals / refusals | lost cost | Redis cmd/s (scripts/s) | achieved rate % | idle CPU % |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| scenario | K | overshoot % (sim) | worst app overshoot % (sim) | utilisation mean % (sim) | worst app utilisation % (sim) | convergence p99 s (sim) | control p99 s | false refusals / refusals | fail-open cost | lost cost | Redis cmd/s (scripts/s) | achieved rate % | idle CPU % |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		s := func(real, sim float64, f string) string {
 			out := fmt.Sprintf(f, real)
@@ -338,11 +348,11 @@ func render(o options, rows []row) string {
 		if r.Bound {
 			bound = " **machine-bound**"
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %d / %d | %d | %.0f (%.0f) | %.1f%s | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %d / %d | %d | %d | %.0f (%.0f) | %.1f%s | %.0f |\n",
 			scenarioLabel(r.Scenario), r.K,
 			s(r.Real.Overshoot, sm.Overshoot, "%.2f"), s(r.Real.WorstOvershoot, sm.WorstOvershoot, "%.2f"),
 			s(r.Real.MeanUtil, sm.MeanUtil, "%.1f"), s(r.Real.WorstUtil, sm.WorstUtil, "%.1f"),
-			conv, ctrl, r.Real.FalseRefusals, r.Real.Refusals, r.Lost, r.RedisPerSec, r.ScriptsPerSec,
+			conv, ctrl, r.Real.FalseRefusals, r.Real.Refusals, r.FailOpen, r.Lost, r.RedisPerSec, r.ScriptsPerSec,
 			r.Achieved, bound, r.Idle)
 	}
 	fmt.Fprintln(&b, "\nRefusal reasons and errors per run:")
@@ -360,4 +370,17 @@ func render(o options, rows []row) string {
 			r.Scenario, r.K, strings.Join(parts, ", "), r.Dropped, r.Errors, r.Admitted)
 	}
 	return b.String()
+}
+
+// dumpApps prints, per app, the offered, ideal and admitted cost and its L2 ledger (-v).
+func (s *stack) dumpApps(ctx context.Context, w *workload, ser []series) {
+	for i, a := range w.apps {
+		l2, _ := s.rdb.HGetAll(ctx, keys.L2(clusterID, a.id)).Result()
+		stats, _ := s.rdb.HGetAll(ctx, keys.Stats(clusterID, a.id)).Result()
+		ideal := sum(idealOf(a, ser[i].offered))
+		s.o.logf("%s g=%d burst=%d offered=%d ideal=%d admitted=%d (%+.2f%%) granted=%s returned=%s outstanding=%s tokens=%s consumed=%s fail_open=%s",
+			a.id, a.g, a.burst, sum(ser[i].offered), ideal, sum(ser[i].admitted),
+			100*float64(sum(ser[i].admitted)-ideal)/float64(max(1, ideal)), l2["total_granted"], l2["total_returned"],
+			l2["outstanding"], l2["current_tokens"], stats["total_consumed"], stats["fail_open_consumed"])
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -382,5 +383,31 @@ func (s *stack) dumpApps(ctx context.Context, w *workload, ser []series) {
 			a.id, a.g, a.burst, sum(ser[i].offered), ideal, sum(ser[i].admitted),
 			100*float64(sum(ser[i].admitted)-ideal)/float64(max(1, ideal)), l2["total_granted"], l2["total_returned"],
 			l2["outstanding"], l2["current_tokens"], stats["total_consumed"], stats["fail_open_consumed"])
+		var held []string
+		for _, n := range s.nodes {
+			held = append(held, fmt.Sprintf("%s:%.0f", n.id, scrape(ctx, n.metrics, `ratelimit_l3_tokens{app_id="`+a.id+`"}`)))
+		}
+		s.o.logf("  leases held: %s", strings.Join(held, " "))
 	}
+}
+
+// scrape is the value of one series on a node's /metrics (0 when absent).
+func scrape(ctx context.Context, base, series string) float64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }

@@ -53,21 +53,44 @@ local function count_error(err)
     return err
 end
 
--- L2 grant for app `a`: returns the script reply table, or nil, err.
-local function run_grant(red, a, want, min)
+-- L2 grant for app `a`: returns the script reply table, or nil, err. Every grant carries an id;
+-- `lost` is the id of an earlier grant whose reply never came (a timeout while Redis applied
+-- it): L2 hands its amount back as reply[8] and grant() adds it to the lease.
+local function run_grant(red, a, want, min, gid, lost)
     return scripts.run(red, redis_scripts.l2_grant, 6, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
         a.k_active, a.k_debtors, conf.node_id,
-        format("%d", want), format("%d", min))
+        format("%d", want), format("%d", min), "", gid, lost or "")
 end
+
+local credit
 
 local function grant(a, want, min, timeout_ms)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
-    return redis_client:with(timeout_ms, run_grant, a, want, min)  -- no closure per call
+    local k = K(a.id)
+    local gk = k.grant_id or ("app:" .. a.id .. ":grant_id")   -- slow path only: no hit pays it
+    local lk = k.lost_grant or ("app:" .. a.id .. ":lost_grant")
+    k.grant_id, k.lost_grant = gk, lk
+    local gid = format("%d", dict:incr(gk, 1, floor(now() * 1000) * 1000))
+    local lost = dict:get(lk)
+    local res, err = redis_client:with(timeout_ms, run_grant, a, want, min, gid, lost)
+    if not res then
+        dict:set(lk, gid)   -- applied or not: the next grant asks (L2 knows its last one)
+        return nil, err
+    end
+    if lost then
+        dict:delete(lk)
+        local rec = tonumber(res[8]) or 0
+        if rec > 0 then
+            credit(k, rec)
+            metrics.inc("ratelimit_recovered_grant_tokens_total", rec)
+        end
+    end
+    return res
 end
 _M.grant = grant
 
 -- Pay local debt first, then add the rest of a grant to the lease; returns the tokens added.
-local function credit(k, granted)
+credit = function(k, granted)
     local pay = take(k.debt, granted, dict)
     local rest = granted - pay
     if rest > 0 then

@@ -162,14 +162,19 @@ func (s *stack) startRedis(ctx context.Context) error {
 	s.rdb = cc
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		info, err := cc.ClusterInfo(ctx).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") {
-			if cc.Set(ctx, "{"+clusterID+"}:probe", 1, time.Second).Err() == nil {
-				return nil
-			}
+		ok := true
+		for _, a := range s.addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			info, err := c.ClusterInfo(ctx).Result()
+			_ = c.Close()
+			ok = ok && err == nil && strings.Contains(info, "cluster_state:ok")
+		}
+		if ok && cc.Set(ctx, "{"+clusterID+"}:probe", 1, time.Second).Err() == nil &&
+			cc.Set(ctx, "probe", 1, time.Second).Err() == nil {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("redis cluster not ready: %v %s", err, info)
+			return fmt.Errorf("redis cluster not ready within 20s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

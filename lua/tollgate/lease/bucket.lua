@@ -173,16 +173,36 @@ function _M.trigger_refill(a, k)
     end
 end
 
--- Admit `cost` from the fail-open budget (fail_open_rate tokens per second per app per node).
+-- The fail-open budget of app `a` on this node, tokens per second: fail_open_rate, but never
+-- more than the node's share of the app's guaranteed rate (over its active nodes as L2 last
+-- counted them), so that the nodes failing open together admit at most the guarantee.
+local function fail_open_budget(a, k)
+    local b = conf.fail_open_rate
+    local g = a.guaranteed
+    if g then
+        local nodes = dict:get(k.nodes) or 1
+        local share = floor(g / (nodes > 0 and nodes or 1))
+        if share < 1 then
+            share = 1
+        end
+        if share < b then
+            b = share
+        end
+    end
+    return b
+end
+
+-- Admit `cost` from the fail-open budget (fail_open_budget() tokens per second per app and node).
 local function fail_open(a, k, cost)
     local sec_key = k.fail_open .. ":" .. floor(now())
     local v = dict:incr(sec_key, cost, 0, 2)
-    if v and v <= conf.fail_open_rate then
+    local budget = fail_open_budget(a, k)
+    if v and v <= budget then
         if dict:incr(k.fail_open, cost, 0) == cost then
             active.mark(a.id)   -- the first unreported fail-open admission
         end
         metrics.inc('ratelimit_fail_open_total{app_id="' .. a.id .. '"}')
-        return true, conf.fail_open_rate - v, "fail_open"
+        return true, budget - v, "fail_open"
     end
     if v then
         dict:incr(sec_key, -cost)

@@ -291,8 +291,9 @@ func (s *Sim) result(wall time.Duration) *Result {
 
 // converge is the time after the shift from which the app's admitted cost stops drifting away
 // from its ideal bucket's: with gap(t) = Σ (ideal − admitted) since the shift, it is the first
-// 100 ms boundary τ from which gap stays within ε of gap(τ) until the end of the window,
-// ε = 100 ms of the app's guarantee plus two requests. An app whose admission tracks the ideal
+// 100 ms boundary τ from which, until the end of the window, |gap(t) − gap(τ)| ≤ ε + 2 % ×
+// guarantee × (t − τ), ε = 100 ms of the app's guarantee plus two requests: the admitted rate
+// stays within 2 % of the ideal rate, give or take the granularity of leases and requests. An app whose admission tracks the ideal
 // rate from the start reads 0, whatever offset it had at the shift (a constant offset is not a
 // rate that differs); an app still drifting in the window's last second has not converged.
 func converge(series [][2]int64, step time.Duration, cost, g int64) (time.Duration, bool) {
@@ -310,7 +311,8 @@ func converge(series [][2]int64, step time.Duration, cost, g int64) (time.Durati
 	for t := len(gap) - 1; t >= 0; t-- {
 		stable := true
 		for u := t; u < len(gap) && stable; u++ {
-			stable = math.Abs(gap[u]-gap[t]) <= eps
+			slack := 0.02 * float64(g) * float64((u-t)*bin) * step.Seconds()
+			stable = math.Abs(gap[u]-gap[t]) <= eps+slack
 		}
 		if !stable {
 			break

@@ -122,17 +122,26 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("want -apps ≥ 2, -rate > 0 and -duration ≥ 5s")
 	}
 	var rows []row
+	var failed []string
 	for _, sc := range o.scenarios {
 		for _, k := range o.nodes {
 			r, err := runOne(ctx, o, sc, k)
 			if err != nil {
-				return fmt.Errorf("scenario %s, %d nodes: %w", sc, k, err)
+				if ctx.Err() != nil || len(o.scenarios)*len(o.nodes) == 1 {
+					return fmt.Errorf("scenario %s, %d nodes: %w", sc, k, err)
+				}
+				o.logf("scenario %s, %d nodes: %v", sc, k, err) // the sweep goes on without it
+				failed = append(failed, fmt.Sprintf("%s K=%d", sc, k))
+				continue
 			}
 			rows = append(rows, r)
 			fmt.Fprintln(stderr, r.line())
 		}
 	}
 	fmt.Fprint(stdout, render(o, rows))
+	if len(failed) > 0 {
+		fmt.Fprintf(stdout, "\nruns that could not start: %s\n", strings.Join(failed, ", "))
+	}
 	if o.jsonOut && len(rows) > 0 {
 		b, _ := json.Marshal(rows[len(rows)-1].Real)
 		fmt.Fprintln(stdout, string(b))
@@ -181,6 +190,12 @@ func runOne(ctx context.Context, o options, sc string, k int) (row, error) {
 	}
 	o.logf("scenario %s, %d nodes, %s split, %s: starting the stack", sc, k, w.splitName(), dur)
 	st, err := startStack(ctx, o, w)
+	if err != nil && ctx.Err() == nil {
+		// free ports are picked before nginx binds them: on a shared machine another process
+		// can take one in between; one more try with new ports
+		o.logf("starting the stack failed, once more: %v", err)
+		st, err = startStack(ctx, o, w)
+	}
 	if err != nil {
 		return row{}, err
 	}
@@ -254,6 +269,19 @@ func runOne(ctx context.Context, o options, sc string, k int) (row, error) {
 	}
 	if o.verbose {
 		st.dumpApps(ctx, w, ser)
+		changed, control := w.shifts()
+		ideals := make([][]int64, len(w.apps))
+		for i, a := range w.apps {
+			ideals[i] = idealOf(a, ser[i].offered)
+		}
+		for k, set := range [][][2]int{changed, control} {
+			for j, c := range convergence(w, ser, ideals, set) {
+				if c > 1 {
+					o.logf("convergence %.1fs: %s at %.0fs (%s)", c, w.apps[set[j][0]].id,
+						float64(set[j][1])*slot.Seconds(), []string{"moved or restarted", "control"}[k])
+				}
+			}
+		}
 	}
 	if !o.noSim {
 		f, err := simulate(ctx, w, o)

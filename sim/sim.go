@@ -708,7 +708,10 @@ func (s *Sim) customDown() {
 		}
 		for _, r := range s.byNode[n] {
 			a := s.apps[r.a]
-			a.leases[r.j] = lease{target: s.cfg.Gateway.MinTarget, nodes: 1}
+			// a restarted gateway's report sequence goes on from its clock (lease/sync.lua
+			// seq_base): L2 applies its reports, the first of which replaces what it held
+			seq := a.leases[r.j].seq + 1_000_000
+			a.leases[r.j] = lease{target: s.cfg.Gateway.MinTarget, nodes: 1, seq: seq}
 			a.due[r.j] = 0
 		}
 	}

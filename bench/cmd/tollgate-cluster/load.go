@@ -227,6 +227,7 @@ func (g *generator) request(ctx context.Context, n, i, s int, url string) {
 		held := g.l2.held(ctx, i)
 		if held >= falseThreshold(g.w.apps[i]) {
 			g.rec.falseRefused.Add(1)
+			g.rec.reason("false " + reason)
 		}
 		if g.verbose && (g.w.apps[i].demand < 1 || held >= falseThreshold(g.w.apps[i])) {
 			g.st.o.logf("refused %s on node %d at %.2fs: %s, L2 holds %.0f: %s", g.w.apps[i].id, n,

@@ -5,7 +5,13 @@
 -- active at every grant, and a debtor when it borrows; see internal/keys)
 -- ARGV[1] node_id  ARGV[2] requested  ARGV[3] min (grant nothing unless at least this much)
 -- ARGV[4] optional now (Unix microseconds; simulator only, default Redis TIME)
--- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes, emergency_until}
+-- ARGV[5] optional id of this grant (unique per node and app); the last one is kept with its
+--         amount in the leases hash (<node>:gid, <node>:gamt)
+-- ARGV[6] optional id of an earlier grant whose reply the node never received (a timeout): if
+--         it was applied and is the node's last, its amount is returned once as `recovered`
+--         (the node adds it to its lease; it is counted as granted already)
+-- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes, emergency_until,
+--          recovered}
 local node = ARGV[1]
 local requested = math.floor(tonumber(ARGV[2]) or 0)
 local min_needed = math.floor(tonumber(ARGV[3]) or 0)
@@ -14,6 +20,15 @@ if requested < min_needed then
 end
 
 local now = tg_now_us(ARGV[4])
+local gid, lost = ARGV[5], ARGV[6]
+local recovered = 0
+if lost and lost ~= '' then
+    local last = redis.call('HMGET', KEYS[2], node .. ':gid', node .. ':gamt')
+    if last[1] == lost then
+        recovered = tonumber(last[2]) or 0
+        redis.call('HDEL', KEYS[2], node .. ':gid', node .. ':gamt')
+    end
+end
 local b = tg_load_l2(KEYS[1])
 if not b then
     return { 0, 0, 0, 0, 'unknown_app', 0, 0 }
@@ -92,6 +107,9 @@ if granted > 0 then
     redis.call('HINCRBY', KEYS[1], 'total_granted', granted)
     redis.call('HINCRBY', KEYS[1], 'outstanding', granted)
 end
+if gid and gid ~= '' then
+    redis.call('HSET', KEYS[2], node .. ':gid', gid, node .. ':gamt', granted)
+end
 local active = redis.call('ZCOUNT', KEYS[3], now_s - 10, '+inf')
 return { granted, math.floor(b.tokens), math.floor(b.rate * b.factor * 1000), b.burst, reason,
-         active, st.em and math.floor(st.em_until_us / 1000000) or 0 }
+         active, st.em and math.floor(st.em_until_us / 1000000) or 0, recovered }

@@ -38,7 +38,7 @@ if not b then
     return { 0, 0, 0, 0, 0, 0, 0, 0, 'unknown_app' }
 end
 
-local FIELDS = { 'granted', 'consumed', 'returned', 'held', 'seq', 'unreported' }
+local FIELDS = { 'granted', 'consumed', 'returned', 'held', 'seq', 'unreported', 'gid', 'gamt' }
 local led = {}
 local flat = redis.call('HGETALL', KEYS[2])
 for i = 1, #flat, 2 do
@@ -93,6 +93,8 @@ if drift > tol then
     corrected = 1
     for node, l in pairs(led) do
         if l.d > 0 then
+            -- what went missing is back in L2: a node must not recover its last grant too
+            redis.call('HDEL', KEYS[2], node .. ':gid', node .. ':gamt')
             redis.call('HINCRBY', KEYS[2], node .. ':returned', l.d)
             l.returned = (l.returned or 0) + l.d
             b.pending = b.pending + l.d

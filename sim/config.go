@@ -72,6 +72,30 @@ type Config struct {
 	Tolerance      float64       // drift tolerance of the reconciler
 
 	RedisServer string // redis-server binary (default: $TOLLGATE_REDIS_SERVER or from PATH)
+
+	// Custom replaces the generated workload (the cluster benchmark runs its own workload on the
+	// simulator to compare it with real nodes); nil: the workload described in README.md.
+	Custom *Custom
+}
+
+// Custom is a workload given from outside: apps, a deterministic demand per app, node and
+// virtual second, and node crashes with restart. Every request costs Cost; requests arrive as
+// the demand accumulates (no Poisson noise), as an open-loop load generator sends them. The
+// result holds each app's offered and admitted cost per step (Result.Series).
+type Custom struct {
+	Apps []CustomApp
+	Cost int64
+	// Rate is app a's demand on node n at virtual second t, in tokens/s.
+	Rate func(a, n int, t float64) float64
+	// Down reports whether node n is down at virtual second t: when it goes down its leases and
+	// unreported consumption are lost (kill -9); when it comes back it starts with empty leases.
+	Down func(n int, t float64) bool
+}
+
+// CustomApp is one app of a custom workload (priority 0, no borrowing).
+type CustomApp struct {
+	ID       string
+	G, Burst int64
 }
 
 // Default is the full run: 100 nodes x 1000 apps, 60 virtual seconds.

@@ -280,6 +280,9 @@ func (s *Sim) events() error {
 			}
 		}
 	}
+	if c.Custom != nil && c.Custom.Down != nil {
+		s.customDown()
+	}
 	if c.CrashAt > 0 && s.now == s.at(c.CrashAt) {
 		s.nodes[0].crashed = true
 		for _, r := range s.byNode[0] {
@@ -376,7 +379,14 @@ func (s *Sim) traffic() ([]syncNeed, error) {
 			if a.share[j] == 0 || s.nodes[n].crashed {
 				continue
 			}
-			k := poisson(s.rng, rate*a.share[j]*dt/float64(a.cost))
+			var k int64
+			if cu := s.cfg.Custom; cu != nil {
+				a.due[j] += cu.Rate(ai, n, t) * dt / float64(a.cost)
+				k = int64(a.due[j])
+				a.due[j] -= float64(k)
+			} else {
+				k = poisson(s.rng, rate*a.share[j]*dt/float64(a.cost))
+			}
 			if k == 0 {
 				continue
 			}
@@ -680,4 +690,29 @@ func (s *Sim) idealStep(a *app, n int64, dt float64) {
 	}
 	k := a.ideal.admit(float64(a.g), cap, factor, dt, n, a.cost)
 	s.m.ideal(a, k*a.cost)
+}
+
+// customDown crashes and restarts nodes as Config.Custom.Down says: a crashed node loses its
+// leases and what it had not reported; a restarted one starts with empty leases.
+func (s *Sim) customDown() {
+	t := float64(s.now-s.t0) / 1e6
+	for n := range s.nodes {
+		down := s.cfg.Custom.Down(n, t)
+		ns := &s.nodes[n]
+		if down == ns.crashed {
+			continue
+		}
+		ns.crashed = down
+		if down {
+			continue
+		}
+		for _, r := range s.byNode[n] {
+			a := s.apps[r.a]
+			// a restarted gateway's report sequence goes on from its clock (lease/sync.lua
+			// seq_base): L2 applies its reports, the first of which replaces what it held
+			seq := a.leases[r.j].seq + 1_000_000
+			a.leases[r.j] = lease{target: s.cfg.Gateway.MinTarget, nodes: 1, seq: seq}
+			a.due[r.j] = 0
+		}
+	}
 }

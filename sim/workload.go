@@ -29,6 +29,7 @@ type app struct {
 
 	ideal ideal
 	m     appMetrics
+	due   []float64 // Custom: requests accumulated per node and not yet sent
 }
 
 var costs = []int64{1, 1, 3, 6, 17}
@@ -37,6 +38,9 @@ var costs = []int64{1, 1, 3, 6, 17}
 // under their quota, 40 % at 1.5x and 20 % at 3x, on/off bursts, each app spread over a number of
 // nodes that falls with its rank, with a skewed share per node.
 func workload(c Config, rng *rand.Rand) []*app {
+	if c.Custom != nil {
+		return customWorkload(c)
+	}
 	w := make([]float64, c.Apps)
 	var sum float64
 	for i := range w {
@@ -149,3 +153,23 @@ func poisson(rng *rand.Rand, lambda float64) int64 {
 
 // appID is the id of the app of rank i: app0000…app9999, then app10000….
 func appID(i int) string { return fmt.Sprintf("app%04d", i) }
+
+// customWorkload builds the apps of Config.Custom: every app may send to every node.
+func customWorkload(c Config) []*app {
+	apps := make([]*app, len(c.Custom.Apps))
+	for i, ca := range c.Custom.Apps {
+		a := &app{id: ca.ID, idx: i, g: ca.G, burst: ca.Burst, cost: c.Custom.Cost, load: 1, active: true}
+		for n := 0; n < c.Nodes; n++ {
+			a.nodes = append(a.nodes, n)
+			a.share = append(a.share, 1/float64(c.Nodes))
+		}
+		a.leases = make([]lease, c.Nodes)
+		a.due = make([]float64, c.Nodes)
+		for j := range a.leases {
+			a.leases[j].target = c.Gateway.MinTarget
+			a.leases[j].nodes = 1
+		}
+		apps[i] = a
+	}
+	return apps
+}

@@ -214,3 +214,51 @@ func TestReportIdempotentByNodeAndSeq(t *testing.T) {
 		t.Fatalf("report of unknown app created %d keys", n)
 	}
 }
+
+// A grant whose reply a node never received is recovered once by its next grant, when it was
+// applied and is the node's last; an unknown id, another node's id, a second ask or an id after
+// a drift correction recover nothing.
+func TestLostGrantRecoveredOnce(t *testing.T) {
+	r := testutil.StartRedis(t)
+	rdb, set := r.Client(), newSet(t)
+	c := ctx(t)
+	b := newL2(t, rdb, set, "lost")
+	b.configure(c, t, 1, 1000, 1000, redisNowUS(c, t, rdb))
+	grant := func(node string, want int64, gid, lost string) []any {
+		t.Helper()
+		res, err := set.Run(c, rdb, "l2_grant", b.gKeys, node, want, 1, "", gid, lost).Slice()
+		if err != nil {
+			t.Fatalf("l2_grant: %v", err)
+		}
+		if len(res) != 8 {
+			t.Fatalf("l2_grant reply %v: want 8 fields", res)
+		}
+		return res
+	}
+	grant("n1", 300, "7", "") // its reply is "lost"
+	if res := grant("n1", 10, "8", "6"); res[7].(int64) != 0 {
+		t.Fatalf("an id that was never the node's last recovered %v", res[7])
+	}
+	if res := grant("n2", 10, "9", "8"); res[7].(int64) != 0 {
+		t.Fatalf("another node's grant recovered %v", res[7])
+	}
+	grant("n1", 300, "10", "")
+	if res := grant("n1", 20, "11", "10"); res[0].(int64) != 20 || res[7].(int64) != 300 {
+		t.Fatalf("lost grant 10 of 300: reply %v, want granted 20 and recovered 300", res)
+	}
+	if res := grant("n1", 20, "12", "10"); res[7].(int64) != 0 {
+		t.Fatalf("grant 10 recovered twice: %v", res[7])
+	}
+	// a correction returns what a node never accounted for (it reports holding nothing): its
+	// last grant is no longer recoverable
+	if err := set.Run(c, rdb, "l3_report", b.reportKeys, "n1", 1, 0, 0, 0, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Run(c, rdb, "l2_reconcile", []string{b.bucket, b.leases, b.nodes, b.stats, keys.L1("c")},
+		0.0001, 3600).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res := grant("n1", 20, "13", "12"); res[7].(int64) != 0 {
+		t.Fatalf("grant 12 recovered after the reconciler returned it: %v", res[7])
+	}
+}

@@ -153,11 +153,13 @@ function _M.init_worker()
     events.init(conf, redis_client)
     connlimit.start(conf, redis_client)
     ngx.timer.every(1, function(premature)
-        if not premature then
-            metrics.flush()
-            metrics.note_lua_memory()
-            cfgcache.publish_generation()
+        if premature then
+            sync.flush()   -- stopping: unreported consumption, debt and leases back to L2
+            return
         end
+        metrics.flush()
+        metrics.note_lua_memory()
+        cfgcache.publish_generation()
     end)
     local worker0 = ngx.worker.id() == 0
     ngx.timer.every(0.25, function(premature)

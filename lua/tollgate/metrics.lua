@@ -46,6 +46,8 @@ local HELP = {
     ratelimit_rollbacks_total = { "counter", "Charges returned for cancelled requests by app." },
     ratelimit_reports_total = { "counter", "Consumption reports by result." },
     ratelimit_returned_tokens_total = { "counter", "Idle lease tokens returned to L2." },
+    ratelimit_recovered_grant_tokens_total = { "counter",
+        "Tokens of a grant whose reply timed out, recovered by the next grant." },
     ratelimit_fail_open_total = { "counter", "Requests admitted by the fail-open budget." },
     ratelimit_config_errors_total = { "counter", "App configs rejected by this node." },
     ratelimit_config_store_lost = { "gauge",

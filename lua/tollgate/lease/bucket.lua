@@ -53,21 +53,44 @@ local function count_error(err)
     return err
 end
 
--- L2 grant for app `a`: returns the script reply table, or nil, err.
-local function run_grant(red, a, want, min)
+-- L2 grant for app `a`: returns the script reply table, or nil, err. Every grant carries an id;
+-- `lost` is the id of an earlier grant whose reply never came (a timeout while Redis applied
+-- it): L2 hands its amount back as reply[8] and grant() adds it to the lease.
+local function run_grant(red, a, want, min, gid, lost)
     return scripts.run(red, redis_scripts.l2_grant, 6, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
         a.k_active, a.k_debtors, conf.node_id,
-        format("%d", want), format("%d", min))
+        format("%d", want), format("%d", min), "", gid, lost or "")
 end
+
+local credit
 
 local function grant(a, want, min, timeout_ms)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
-    return redis_client:with(timeout_ms, run_grant, a, want, min)  -- no closure per call
+    local k = K(a.id)
+    local gk = k.grant_id or ("app:" .. a.id .. ":grant_id")   -- slow path only: no hit pays it
+    local lk = k.lost_grant or ("app:" .. a.id .. ":lost_grant")
+    k.grant_id, k.lost_grant = gk, lk
+    local gid = format("%d", dict:incr(gk, 1, floor(now() * 1000) * 1000))
+    local lost = dict:get(lk)
+    local res, err = redis_client:with(timeout_ms, run_grant, a, want, min, gid, lost)
+    if not res then
+        dict:set(lk, gid)   -- applied or not: the next grant asks (L2 knows its last one)
+        return nil, err
+    end
+    if lost then
+        dict:delete(lk)
+        local rec = tonumber(res[8]) or 0
+        if rec > 0 then
+            credit(k, rec)
+            metrics.inc("ratelimit_recovered_grant_tokens_total", rec)
+        end
+    end
+    return res
 end
 _M.grant = grant
 
 -- Pay local debt first, then add the rest of a grant to the lease; returns the tokens added.
-local function credit(k, granted)
+credit = function(k, granted)
     local pay = take(k.debt, granted, dict)
     local rest = granted - pay
     if rest > 0 then
@@ -150,13 +173,32 @@ function _M.trigger_refill(a, k)
     end
 end
 
--- Admit `cost` from the fail-open budget (fail_open_rate tokens per second per app per node).
+-- The fail-open budget of app `a` on this node, tokens per second: fail_open_rate, but never
+-- more than the node's share of the app's guaranteed rate (over its active nodes as L2 last
+-- counted them), so that the nodes failing open together admit at most the guarantee.
+local function fail_open_budget(a, k)
+    local b = conf.fail_open_rate
+    local g = a.guaranteed
+    if g then
+        local nodes = dict:get(k.nodes) or 1
+        local share = floor(g / (nodes > 0 and nodes or 1))
+        if share < 1 then
+            share = 1
+        end
+        if share < b then
+            b = share
+        end
+    end
+    return b
+end
+
+-- Admit `cost` from the fail-open budget (fail_open_budget() tokens per second per app and node).
 -- A request costlier than the whole budget is admitted when the second's budget is untouched
 -- and takes all of it: the budget limits admissions, while the fail-open consumption (reported
 -- to L2 when Redis is back, where it is paid like any consumption) counts the full cost, which
 -- the log phase settles against the bytes that moved.
 local function fail_open(a, k, cost)
-    local rate = conf.fail_open_rate
+    local rate = fail_open_budget(a, k)
     local window = cost < rate and cost or rate
     local sec_key = k.fail_open .. ":" .. floor(now())
     local v = dict:incr(sec_key, window, 0, 2)

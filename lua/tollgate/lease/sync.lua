@@ -269,6 +269,119 @@ function _M.tick()
     end
 end
 
+-- Orderly stop (nginx -s quit, -s stop after its grace, a reload): what this node holds of an
+-- app goes back to L2 before the worker exits. Under the app's sync lock (no tick or report of
+-- another worker in between): an unacknowledged report is sent first; local debt is paid from
+-- L2 by a grant (as the next grant would have paid it); then the pending consumption and the
+-- whole lease, as returned tokens, go in one report. Returns true when Redis has it all.
+local function flush_app(red, a, k)
+    local inflight = dict:get(k.inflight)
+    if inflight then
+        local ok, err = send(red, a, k, inflight)
+        if not ok then
+            return nil, err
+        end
+    end
+    local debt = dict:get(k.debt) or 0
+    if debt > 0 then
+        metrics.inc('ratelimit_redis_calls_total{op="grant"}')
+        local res, err = scripts.run(red, redis_scripts.l2_grant, 6, a.k_l2, a.k_leases, a.k_nodes,
+            a.k_l1, a.k_active, a.k_debtors, conf.node_id, format("%d", debt), "1")
+        if not res then
+            return nil, err
+        end
+        local granted = res[1] or 0
+        if granted > 0 then
+            local pay = shm.take(k.debt, granted)
+            if granted > pay then
+                dict:incr(k.tokens, granted - pay, 0)
+            end
+        end
+    end
+    local returned = shm.take(k.tokens, dict:get(k.tokens) or 0)
+    local gb = dict:get(k.give_back) or 0
+    if gb > 0 then
+        dict:incr(k.give_back, -gb)
+    end
+    inflight = prepare(a, k, returned, true)
+    if returned > 0 then
+        metrics.inc("ratelimit_returned_tokens_total", returned)
+    end
+    local ok, err = send(red, a, k, inflight)
+    if not ok then
+        return nil, err
+    end
+    local left = dict:get(k.debt) or 0
+    if left > 0 then
+        log(WARN, "tollgate: ", a.id, " leaves ", left, " tokens of local debt that L2 could not ",
+            "pay at exit (reported as held below zero)")
+    end
+    return true
+end
+
+-- One pass of flush(): every app with local state whose lock this worker gets. Returns the
+-- requests still in flight on the node (their log phase books consumption after this pass)
+-- and whether an app was skipped or failed.
+local function flush_pass()
+    local ids = active.list()
+    local locked, again, busy = {}, false, 0
+    for i = 1, #ids do
+        local k = K(ids[i])
+        busy = busy + (conn_dict and conn_dict:get("ca:" .. ids[i]) or 0)
+        if dict:add(k.sync_lock, true, 5) then
+            locked[#locked + 1] = k
+        else
+            again = true   -- another worker is reporting it: next pass
+        end
+    end
+    if #locked > 0 then
+        local _, err = redis_client:with(conf.bg_timeout_ms, function(red)
+            for i = 1, #locked do
+                local k = locked[i]
+                local a = cfgcache.app(k.id)
+                if a then
+                    local ok, ferr = flush_app(red, a, k)
+                    if not ok then
+                        return nil, ferr
+                    end
+                end
+            end
+            return true
+        end)
+        if err then
+            again = true
+            log(WARN, "tollgate: exit flush failed, retrying: ", err)
+        end
+    end
+    for i = 1, #locked do
+        dict:delete(locked[i].sync_lock)
+    end
+    return busy, again
+end
+
+local FLUSH_WAIT = 3   -- seconds a stopping worker waits for in-flight requests and Redis
+
+--- The worker is stopping (a timer's premature run): report every app's unreported
+--- consumption and local debt, and return its lease to L2; repeat while requests are still
+--- in flight on the node (their log phase books more), at most FLUSH_WAIT seconds. Every
+--- worker does it (the log phase of any worker may book consumption); the sync lock and
+--- (node, seq) keep the reports exact.
+function _M.flush()
+    if not conf then
+        return
+    end
+    ngx.update_time()
+    local deadline = now() + FLUSH_WAIT
+    while true do
+        local busy, again = flush_pass()
+        ngx.update_time()
+        if (busy == 0 and not again) or now() >= deadline then
+            return
+        end
+        ngx.sleep(0.02)
+    end
+end
+
 function _M.rate(id)
     local st = state[id]
     return st and st.rate or 0

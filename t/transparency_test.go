@@ -257,11 +257,14 @@ func TestRefusedUploadSendsNoBody(t *testing.T) {
 		for _, key := range []string{"AKIANOBODYNOBODY", "AKIATINYTINYTINY"} {
 			var out string
 			var bytes int64
-			for i := 0; i < 3; i++ { // the tiny app may admit one upload into debt first
+			for i := 0; i < 3; i++ {
+				// a request costlier than the app's burst is admitted into a full bucket (and
+				// into debt): a small request first takes the tiny app's one token
+				g.Do("GET", "/bkt/k", "", nil, map[string]string{"Authorization": sigV4(key)})
 				sent.Store(0)
 				out = run(key)
 				bytes = sent.Load()
-				if !strings.HasPrefix(out, "200") {
+				if !strings.HasPrefix(out, "200") && !strings.Contains(out, "b'ok'") {
 					break
 				}
 			}

@@ -114,7 +114,7 @@ _M.SCHEMA = {
     { key = "refill_threshold", kind = "number", default = 0.2, above = 0, max = 1, doc = "share of the target below which a lease asks L2 for more" },
     { key = "idle_return_after", env = "TOLLGATE_IDLE_RETURN", kind = "number", default = 1.0, above = 0, doc = "seconds without traffic after which a node returns its lease to L2" },
     { key = "fail_open_rate", env = "TOLLGATE_FAIL_OPEN_RATE", kind = "number", default = 100, min = 0, doc = "tokens per second per app and node admitted while Redis is unreachable" },
-    { key = "lookup_rate", env = "TOLLGATE_LOOKUP_RATE", kind = "number", default = 1000, min = 0, doc = "on-demand Redis lookups per second and node of apps, access keys and buckets a full `config_dict` does not hold; beyond it such an id is answered unknown without a Redis call" },
+    { key = "lookup_rate", env = "TOLLGATE_LOOKUP_RATE", kind = "number", default = 1000, min = 0, doc = "on-demand Redis lookups per second and node of apps, access keys and buckets a full `config_dict` does not hold; beyond it such an id is refused 503 (retry in 1 s) without a Redis call" },
     { key = "lookup_negative_ttl", env = "TOLLGATE_LOOKUP_NEGATIVE_TTL", kind = "number", default = 5, above = 0, max = 300, doc = "seconds an id Redis does not know is remembered as unknown by a node whose `config_dict` is full (shared dict `tollgate_lookup`, bounded by its size)" },
     { key = "neg_cache_min", kind = "number", default = 0.05, above = 0, doc = "shortest time (s) an unknown app id is remembered as unknown" },
     { key = "neg_cache_max", kind = "number", default = 1.0, above = 0, doc = "longest time (s) an unknown app id is remembered as unknown" },

@@ -93,8 +93,12 @@ test-e2e: build
 test: lint test-lua test-go test-fuzz test-web test-e2e test-integration
 	@echo "make test: all suites passed"
 
+# the throughput table, then the large-object table (BENCH_BIG=0 skips it; BENCH_BIG_FLAGS takes
+# its flags, e.g. "-size 67108864 -rounds 1" for a smoke run)
+BENCH_BIG ?= 1
 bench: build
 	$(GO) run ./bench/cmd/tollgate-bench $(BENCH_FLAGS)
+	@if [ "$(BENCH_BIG)" != "0" ]; then $(GO) run ./bench/cmd/tollgate-bigbench $(BENCH_BIG_FLAGS); fi
 
 # The FHS install layout (docs/deploy.md): binaries in $(PREFIX)/bin, the gateway's Lua, nginx
 # includes and Redis scripts in $(PREFIX)/share/tollgate, settings in $(SYSCONFDIR)/tollgate

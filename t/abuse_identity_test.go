@@ -213,7 +213,7 @@ type figures struct {
 }
 
 func (f figures) String() string {
-	return fmt.Sprintf("| %s | %d/%d (%.0f %%) | %.0f | %.0f | %d |", f.attack, f.victimOK, f.victimSent,
+	return fmt.Sprintf("ABUSE | %s | %d/%d (%.0f %%) | %.0f | %.0f | %d |", f.attack, f.victimOK, f.victimSent,
 		100*float64(f.victimOK)/float64(f.victimSent), f.victimCharge, f.attackerCharge, f.backend)
 }
 
@@ -564,7 +564,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	answers := spray("", "app", "key", "bucket")
 	lookups, secs := hget()-h0, time.Since(start).Seconds()
 	v := <-done
-	t.Logf("| sprayed ids (300 made-up app ids, keys, buckets), config_dict partial | %d/%d | 0 | - | 0 |  Redis lookups %d in %.1f s, answers %v",
+	t.Logf("ABUSE | sprayed ids (300 made-up app ids, keys, buckets), config_dict partial | %d/%d | 0 | - | 0 |  Redis lookups %d in %.1f s, answers %v",
 		v[1], v[0], lookups, secs, answers)
 	if answers[200] != 0 {
 		t.Errorf("made-up ids admitted: %v", answers)
@@ -600,7 +600,7 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	s.redis.Thaw()
 	v = <-done
 	admitted := frozen[200]
-	t.Logf("| sprayed ids during a Redis freeze | %d/%d | 0 | - | %d |  answers %v in %.1f s",
+	t.Logf("ABUSE | sprayed ids during a Redis freeze | %d/%d | 0 | - | %d |  answers %v in %.1f s",
 		v[1], v[0], admitted, frozen, secs)
 	if max := int(20 * (secs + 1)); admitted > max {
 		t.Errorf("%d made-up ids admitted in %.1f s of freeze, want <= %d (the one budget of 20/s)",

@@ -234,12 +234,11 @@ func (s *abuseStack) trickle(src string, i int) <-chan string {
 }
 
 // Slot holding: 12 forged uploads from one address trickle their bodies to hold the victim's
-// 12 slots. That address gets at most half of them, and the body deadline (1 s of grace + 1000
-// bytes at 8 KiB/s here) ends each within seconds: the victim keeps its goodput and pays
-// nothing.
+// 12 slots. That address gets at most half of them (TOLLGATE_CONN_CLIENT_SHARE's default, 0.5),
+// and the body deadline (1 s of grace + 1000 bytes at 8 KiB/s here) ends each within seconds:
+// the victim keeps its goodput and pays nothing.
 func TestAbuseSlowTrickleHoldsNoSlot(t *testing.T) {
-	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_BODY_GRACE": "1",
-		"TOLLGATE_CONN_CLIENT_SHARE": "0.5"}})
+	s := newAbuseStack(t, abuseOptions{env: map[string]string{"TOLLGATE_BODY_GRACE": "1"}})
 	s.appLimits(victimTenant.app, 12, 12)
 	before := s.settledCharge(victimTenant.app)
 	hits := s.backendHits("attacker")

@@ -163,7 +163,9 @@ func alertStack(t *testing.T) (*stack, *adminAPI, *alertFeed) {
 
 // gatewayEnv is the gateway settings of an alert stack with o's extras.
 func (o alertOptions) gatewayEnv() map[string]string {
-	gw := map[string]string{"TOLLGATE_CONN_STATS_INTERVAL": "0.5", "TOLLGATE_DEGRADATION_HOLD": "0.5"}
+	// the connection alerts hold an app's slots from one address: no per-address share
+	gw := map[string]string{"TOLLGATE_CONN_STATS_INTERVAL": "0.5", "TOLLGATE_DEGRADATION_HOLD": "0.5",
+		"TOLLGATE_CONN_CLIENT_SHARE": "1"}
 	maps.Copy(gw, o.gw)
 	return gw
 }

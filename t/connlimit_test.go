@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os/exec"
@@ -25,9 +26,18 @@ import (
 	"tollgate/t/harness"
 )
 
-// connStack is newStack with one gateway of `workers` nginx workers.
+// connStack is newStack with one gateway of `workers` nginx workers. Its tests fill an app's
+// slots from one address: TOLLGATE_CONN_CLIENT_SHARE is 1 (no per-address share) unless env
+// sets it.
 func connStack(t *testing.T, workers int, env map[string]string) *stack {
 	t.Helper()
+	env = maps.Clone(env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	if _, ok := env["TOLLGATE_CONN_CLIENT_SHARE"]; !ok {
+		env["TOLLGATE_CONN_CLIENT_SHARE"] = "1"
+	}
 	r, gwURL := gatewayRedis(t)
 	rdb := r.Client()
 	set, err := scripts.New()
@@ -106,6 +116,7 @@ type holder struct {
 	g      *harness.Gateway
 	client *http.Client
 	wg     sync.WaitGroup
+	xff    string // X-Forwarded-For of its requests (none when empty)
 }
 
 type holdResult struct {
@@ -123,6 +134,9 @@ func newHolder(t *testing.T, g *harness.Gateway) *holder {
 func (h *holder) do(app, name string) holdResult {
 	req, _ := http.NewRequest("GET", h.g.URL+"/_t/conn_hold?name="+name, nil)
 	req.Header.Set("X-App-Id", app)
+	if h.xff != "" {
+		req.Header.Set("X-Forwarded-For", h.xff)
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return holdResult{err: err}
@@ -191,6 +205,53 @@ func checkRejection(t *testing.T, r holdResult, reason string, limit, current in
 		headerInt(t, r.header, "X-Connection-Remaining") != 0 {
 		t.Fatalf("429 %s headers %v, want Retry-After 1, limit %d, current %d, remaining 0",
 			reason, r.header, limit, current)
+	}
+}
+
+// TOLLGATE_CONN_CLIENT_SHARE (0.5 by default): of an app's 4 slots one client address holds 2;
+// its third request is refused client_limit_exceeded while another address takes the other 2.
+// The address is X-Forwarded-For's only from TOLLGATE_TRUSTED_PROXIES: without them a client
+// that names another address in the header is still counted by its own.
+func TestConnClientShareOfTheTrustedClientAddress(t *testing.T) {
+	for _, trusted := range []bool{true, false} {
+		env := map[string]string{"TOLLGATE_CONN_CLIENT_SHARE": "0.5"}
+		if trusted {
+			env["TOLLGATE_TRUSTED_PROXIES"] = "127.0.0.0/8, ::1/128"
+		}
+		s := connStack(t, 2, env)
+		g := s.gw()
+		s.appLimits("demo-p2", 4, 4)
+		a, b := newHolder(t, g), newHolder(t, g)
+		a.xff, b.xff = "10.0.0.1", "10.0.0.2"
+		resA := a.start("demo-p2", "a", 2)
+		eventually(t, "2 requests of 10.0.0.1 held", func() bool { return a.held("a").Now == 2 })
+		checkRejection(t, a.do("demo-p2", "none"), "client_limit_exceeded", 2, 2)
+		if trusted {
+			resB := b.start("demo-p2", "b", 2)
+			eventually(t, "2 requests of 10.0.0.2 held", func() bool {
+				select {
+				case r := <-resB:
+					t.Fatalf("a request of 10.0.0.2 answered: %d %v %s", r.status, r.err, r.body)
+				default:
+				}
+				return b.held("b").Now == 2
+			})
+			b.unhold("b")
+			for r := range resB {
+				if r.err != nil || r.status != 200 {
+					t.Fatalf("held request of 10.0.0.2: %d %v %s", r.status, r.err, r.body)
+				}
+			}
+		} else {
+			checkRejection(t, b.do("demo-p2", "none"), "client_limit_exceeded", 2, 2)
+		}
+		a.unhold("a")
+		for r := range resA {
+			if r.err != nil || r.status != 200 {
+				t.Fatalf("held request of 10.0.0.1: %d %v %s", r.status, r.err, r.body)
+			}
+		}
+		eventually(t, "demo-p2's slots free", func() bool { return connStateOf(g, "demo-p2").AppCurrent == 0 })
 	}
 }
 
@@ -935,6 +996,8 @@ func TestConnMetricsAndNodeStats(t *testing.T) {
 		r.Header.Get("X-Connection-Current") != "1" || r.Header.Get("X-Connection-Remaining") != "0" {
 		t.Fatalf("admitted: %d %v", r.Status, r.Header)
 	}
+	// the first request's log phase may run after its answer: the held one waits for its slot
+	eventually(t, "the first request's slot back", func() bool { return connStateOf(g, "demo-p1").AppCurrent == 0 })
 	h := newHolder(t, g)
 	h.start("demo-p1", "m", 1)
 	// the backend holds the request and the first one's log phase has given its slot back

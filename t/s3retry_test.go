@@ -1,17 +1,22 @@
 package t
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -157,7 +162,72 @@ func TestS3ClientsRetryUnderThrottle(t *testing.T) {
 			t.Errorf("%s: %d of %d uploads failed hard", r.client, failed, retryObjects)
 		}
 	}
+	report = append(report, hintFollower(t, st.g.URL, keyOf["aws-sdk-go-v2"], "retry-aws-sdk-go-v2", src))
 	t.Logf("%d objects of 64 KiB (6 tokens each) at %d tokens/s (shared machine):\n"+
 		"| client | attempts per object | refusals | failed hard | seconds |\n|---|---|---|---|---|\n%s",
 		retryObjects, retryRate, strings.Join(report, "\n"))
+}
+
+// hintFollower uploads the workload again without an SDK's own retries (a client with no
+// backoff of its own): on each refusal it checks the hint — x-amz-retry-after a whole number
+// of milliseconds, at most the time the app's refill needs for its whole burst (1 s here, +10 %
+// jitter and 11 ms), Retry-After its ceiling in seconds — then waits exactly the hint and tries
+// the object again. The hint is the real deficit: a retry after it is admitted (at most one in
+// ten refused again, the goal of 1.2 attempts per refusal), and a hint that is missing, zero or
+// short fails here.
+func hintFollower(t *testing.T, url string, c s3client, bucket, src string) string {
+	t.Helper()
+	cl := s3.New(s3.Options{Region: region, BaseEndpoint: aws.String(url), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(c.key, c.secret, ""), Retryer: aws.NopRetryer{}})
+	const burst, rate = retryRate, retryRate                       // the app's burst_quota and guarantee
+	maxMS := int64(math.Ceil(1.1*1000*burst/rate)) + 11            // a whole burst's refill, with the jitter
+	time.Sleep(time.Duration(float64(time.Second) * burst / rate)) // the bucket refills
+	start := time.Now()
+	var refusals, again, failed, badHints int
+	body := make([]byte, 65536)
+	for i := 0; i < retryObjects; i++ {
+		name := fmt.Sprintf("hint-%02d", i)
+		refusedBefore := false
+		for attempt := 0; ; attempt++ {
+			_, err := cl.PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket),
+				Key: aws.String(name), Body: bytes.NewReader(body)})
+			if err == nil {
+				break
+			}
+			var re *awshttp.ResponseError
+			if !errors.As(err, &re) || (re.HTTPStatusCode() != 503 && re.HTTPStatusCode() != 429) || attempt == 10 {
+				t.Errorf("hint follower: %s: %v", name, err)
+				failed++
+				break
+			}
+			refusals++
+			if refusedBefore {
+				again++
+			}
+			refusedBefore = true
+			h := re.Response.Header
+			ms, perr := strconv.ParseInt(h.Get("X-Amz-Retry-After"), 10, 64)
+			ra := h.Get("Retry-After")
+			if perr != nil || ms < 1 || ms > maxMS || ra != strconv.FormatInt((ms+999)/1000, 10) {
+				badHints++
+				if badHints == 1 {
+					t.Errorf("hint follower: %s refused with x-amz-retry-after %q, Retry-After %q: want 1..%d ms (the "+
+						"deficit at %d tokens/s) and its ceiling in seconds", name, h.Get("X-Amz-Retry-After"), ra,
+						maxMS, retryRate)
+				}
+				ms = 1000 // the run goes on at the guarantee's pace
+			}
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	took := time.Since(start)
+	if refusals == 0 {
+		t.Fatalf("hint follower: no refusal: the workload did not exceed %d tokens/s", retryRate)
+	}
+	if again*10 > refusals {
+		t.Errorf("hint follower: %d of %d retries after the hinted wait were refused again: the hint is shorter than the deficit",
+			again, refusals)
+	}
+	return fmt.Sprintf("| hint follower (Go, no SDK retries; waits the hint) | %.2f | %d (%d after a hinted wait, %d bad hints) | %d | %.1f |",
+		float64(retryObjects+refusals)/retryObjects, refusals, again, badHints, failed, took.Seconds())
 }

@@ -124,6 +124,11 @@ func EventsStream() string { return rlPrefix + "events" }
 // Gateways is the registry of gateway nodes (no hash tag).
 func Gateways() string { return rlPrefix + "gateways" }
 
+// ReservedAppID reports whether s is an app id the gateway keeps for its own labels (_s3,
+// _unverified, _invalid, _unknown, _unconfigured: every id beginning with "_"); the config
+// contract refuses such an app (reserved_id).
+func ReservedAppID(s string) bool { return len(s) > 0 && s[0] == '_' }
+
 // ValidID reports whether s matches ^[A-Za-z0-9_-]{1,128}$, the only ids that may reach a key,
 // a log line or a metric label.
 func ValidID(s string) bool {

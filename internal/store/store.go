@@ -185,6 +185,9 @@ func (s *Store) checkAppIDs(ctx context.Context, a App) (App, bool, error) {
 	if !keys.ValidID(a.AppID) {
 		return App{}, false, invalidID("app", a.AppID)
 	}
+	if keys.ReservedAppID(a.AppID) {
+		return App{}, false, &FieldError{Field: "app_id", Code: "reserved_id"}
+	}
 	if !keys.ValidID(a.ClusterID) {
 		return App{}, false, invalidID("cluster", a.ClusterID)
 	}

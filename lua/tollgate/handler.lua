@@ -102,6 +102,10 @@ function _M.init(opts)
     for _, name in ipairs(identity.headers()) do
         reqheaders.want(name)
     end
+    if conf.trusted_proxies and #conf.trusted_proxies > 0 then
+        -- the client address of the auth-failure budget and the per-address slot share
+        reqheaders.want("x-forwarded-for")
+    end
 end
 
 function _M.init_worker()

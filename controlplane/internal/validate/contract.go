@@ -66,6 +66,8 @@ func CheckApp(a App) []Violation {
 	}
 	if !keys.ValidID(a.AppID) {
 		add("app_id", "invalid_id", "app id must match ^[A-Za-z0-9_-]{1,128}$")
+	} else if keys.ReservedAppID(a.AppID) {
+		add("app_id", "reserved_id", "app ids beginning with _ are reserved for the gateway's labels")
 	}
 	if !keys.ValidID(a.ClusterID) {
 		add("cluster_id", "invalid_id", "cluster id must match ^[A-Za-z0-9_-]{1,128}$")

@@ -8,11 +8,13 @@
 local keys = require("tollgate.keys")
 
 local type = type
+local byte = string.byte
 local floor = math.floor
 local null = require("cjson.safe").null
 
 local _M = {}
 
+local UNDERSCORE = byte("_")
 local MAX = 9007199254740992    -- 2^53: integers beyond lose precision in Lua and the scripts
 
 local function absent(v)
@@ -41,6 +43,9 @@ function _M.app(c, id)
     end
     if not keys.valid_id(app_id) then
         return "app_id", "invalid_id"
+    end
+    if byte(app_id, 1) == UNDERSCORE then
+        return "app_id", "reserved_id"     -- the gateway's labels: _s3, _unknown, _invalid, ...
     end
     if absent(c.cluster_id) then
         return "cluster_id", "required"

@@ -20,6 +20,7 @@ local track = require("tollgate.conn.track")
 local record = require("tollgate.conn.record")
 local cleanup = require("tollgate.conn.cleanup")
 local events = require("tollgate.events")
+local authbudget = require("tollgate.request.authbudget")
 
 local dict = ngx.shared.connlimit_dict
 local var = ngx.var
@@ -44,7 +45,7 @@ local _M = {
 local entry = limits.entry
 local redis_client, BG_MS, NODE
 local MIN_RATE, GRACE = 0, 0    -- body deadline (start): bytes/s, seconds
-local SHARE, IP_TTL = 1, 300    -- share of an app's slots one client address may hold
+local SHARE, IP_TTL = 0.5, 300  -- share of an app's slots one client address may hold
 local STATS_TTL = 300
 
 -- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
@@ -96,8 +97,11 @@ local function crossed(e, v)
 end
 
 --- Take a slot for app `a` ({id, cluster}); on success ctx remembers it for release().
--- Returns true, or false and `app_limit_exceeded` / `cluster_limit_exceeded`.
-function _M.acquire(a, ctx)
+-- headers: the request's (the client address of the per-address share: $remote_addr, or
+-- X-Forwarded-For behind TOLLGATE_TRUSTED_PROXIES, as the auth-failure budget reads it).
+-- Returns true, or false and `app_limit_exceeded` / `cluster_limit_exceeded` /
+-- `client_limit_exceeded`.
+function _M.acquire(a, ctx, headers)
     local e = entry(a.id, a.cluster)
     local v, err = dict:incr(e.akey, 1, 0)
     if not v then
@@ -125,11 +129,12 @@ function _M.acquire(a, ctx)
         dict:incr(e.akey, -1)
         return reject(e, "cluster_limit_exceeded", e.cmax, e.cmax)
     end
-    local ikey
+    local ikey, addr
     if SHARE < 1 then
         -- one client address holds at most SHARE of the app's slots (at least one)
         local cap = floor(e.burst * SHARE)
-        ikey = "ip:" .. a.id .. ":" .. (var.remote_addr or "-")
+        addr = headers and authbudget.client(headers) or var.remote_addr
+        ikey = "ip:" .. a.id .. ":" .. (addr or "-")
         local iv = dict:incr(ikey, 1, 0, IP_TTL)
         if iv and iv > (cap > 1 and cap or 1) then
             dict:incr(ikey, -1)
@@ -143,7 +148,7 @@ function _M.acquire(a, ctx)
         tag = record.tag(a.id, a.cluster) or false
         e.tag = tag
     end
-    local n, rid = track.open(var.remote_addr, tag or nil)
+    local n, rid = track.open(addr or var.remote_addr, tag or nil)
     if not n then
         if ikey then
             dict:incr(ikey, -1)
@@ -346,7 +351,7 @@ function _M.start(settings, client)
     metrics.add_gauges(gauges)
     every(conf.heartbeat, track.heartbeat)
     MIN_RATE, GRACE = conf.body_min_rate or 0, conf.body_grace or 0
-    SHARE, IP_TTL = conf.client_share or 1, conf.timeout
+    SHARE, IP_TTL = conf.client_share or 0.5, conf.timeout
     if MIN_RATE > 0 then
         track.deadline_check(cut, math.min(1, GRACE))
     end

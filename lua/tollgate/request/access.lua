@@ -168,7 +168,7 @@ function _M.run()
     end
     -- connection limiter: a slot before cost and token bucket; log() gives it back
     -- (docs/design.md §6)
-    local cok, creason, climit, ccurrent = connlimit.acquire(a, ctx)
+    local cok, creason, climit, ccurrent = connlimit.acquire(a, ctx, headers)
     if not cok then
         return response.too_many(creason, (calculator:price(a, op, headers, nil)), 1,
             { remaining = 0, limit = climit, current = ccurrent })

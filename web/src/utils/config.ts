@@ -74,6 +74,8 @@ export function validateApp(a: Input, clusters?: Record<string, ClusterState>, o
     if (absent(a[f])) out.push(v(f, 'required', `${f} is required`))
     else if (typeof a[f] !== 'string' || !ID_RE.test(a[f] as string)) {
       out.push(v(f, 'invalid_id', `${f} must match ^[A-Za-z0-9_-]{1,128}$`))
+    } else if (f === 'app_id' && (a[f] as string).startsWith('_')) {
+      out.push(v(f, 'reserved_id', "app ids beginning with _ are reserved for the gateway's labels"))
     }
   }
   const g = int(out, a, 'guaranteed_quota', 1, 'invalid_guaranteed_quota', true)

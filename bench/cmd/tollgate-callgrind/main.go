@@ -6,7 +6,7 @@
 // N keep-alive requests are sent with curl, and the counters are dumped.
 //
 //	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000] [-rules 0,10,100 [-rule-alg A]]
-//		[-json] [-jv=false] [-keep DIR]
+//		[-runs N] [-json] [-jv=false] [-keep DIR]
 //
 // -rules adds variants of (b) with that many active rules (the bench's mix, runner.BenchRules;
 // -rule-alg makes them all node rules of one algorithm, e.g. token_bucket).
@@ -22,6 +22,9 @@
 // the rare renewal of a global rule's batch by a request). It is what the variant adds in the
 // access and log phases and the header filter. -json ends the output with one JSON line of that
 // figure for (b), each -rules variant (r<N>), (d) and (e): {"b": ..., "r10": ..., "d": ..., "e": ...}.
+//
+// -runs N measures every variant N times, taking turns, and reports the medians (and each
+// variant's spread: how far one run is from the next).
 //
 // -jv (on by default) runs the tollgate variants with TOLLGATE_JIT_LOG, LuaJIT's trace log
 // (jit.v), and counts the traces compiled and the traces aborted during the warm-up and during
@@ -42,11 +45,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,6 +89,7 @@ type config struct {
 	auth     string // header (X-App-Id), sigv4 (an S3 access key mapped to the app) or signed
 	keyFile  string // -auth signed: the secrets key file the gateway opens the key's secret with
 	json     bool   // end with the JSON line of the figures
+	runs     int    // measurements of each variant (the figures: their medians)
 	jv       bool   // TOLLGATE_JIT_LOG for the tollgate variants
 }
 
@@ -130,6 +136,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		"or signed (the same key with its secret on file: the gateway verifies a real signature)")
 	fs.BoolVar(&cfg.json, "json", false, "end with one JSON line of each variant's instructions per request over (a), "+
 		"without timers and Redis replies")
+	fs.IntVar(&cfg.runs, "runs", 1, "measure each variant this many times (variants take turns); the figures are the medians")
 	fs.BoolVar(&cfg.jv, "jv", true, "count LuaJIT's traces and aborts of the tollgate variants (TOLLGATE_JIT_LOG)")
 	fs.StringVar(&cfg.keep, "keep", "", "copy each variant's dump to DIR/<variant>.callgrind (for callgrind_annotate)")
 	if err := fs.Parse(args); err != nil {
@@ -138,8 +145,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.requests < 100 || cfg.warmup < 0 {
-		return fmt.Errorf("-n must be >= 100 and -warmup >= 0")
+	if cfg.requests < 100 || cfg.warmup < 0 || cfg.runs < 1 {
+		return fmt.Errorf("-n must be >= 100, -warmup >= 0 and -runs >= 1")
 	}
 	if cfg.method != "GET" && cfg.method != "PUT" {
 		return fmt.Errorf("-method must be GET or PUT")
@@ -213,18 +220,35 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	vs = append(vs, variant{nginxenv.Variant{Key: "d", Name: "limit_req", Kind: nginxenv.LimitReq}, 0},
 		variant{nginxenv.Variant{Key: "e", Name: "empty-lua-phases", Kind: nginxenv.EmptyLua}, 0})
-	for _, x := range vs {
-		v := x.v
-		if err := putRules(ctx, r.Client(), x.rules, cfg.ruleAlg); err != nil {
+	// runs[i][k]: variant i in run k; the variants take turns, so that a busier spell of the
+	// machine falls on all of them
+	runs := make([][]row, len(vs))
+	for k := 0; k < cfg.runs; k++ {
+		rdir := filepath.Join(dir, "run"+strconv.Itoa(k+1))
+		if err := os.Mkdir(rdir, 0o755); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "[%s] %s: %d warm-up + %d measured requests under callgrind\n",
-			time.Now().Format("15:04:05"), v.Label(), cfg.warmup, cfg.requests)
-		rw, err := measure(ctx, cfg, dir, r.URL(), v)
-		if err != nil {
-			return fmt.Errorf("%s: %w", v.Label(), err)
+		for i, x := range vs {
+			v := x.v
+			if err := putRules(ctx, r.Client(), x.rules, cfg.ruleAlg); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "[%s] run %d/%d %s: %d warm-up + %d measured requests under callgrind\n",
+				time.Now().Format("15:04:05"), k+1, cfg.runs, v.Label(), cfg.warmup, cfg.requests)
+			rw, err := measure(ctx, cfg, rdir, r.URL(), v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", v.Label(), err)
+			}
+			runs[i] = append(runs[i], rw)
 		}
-		rows = append(rows, rw)
+	}
+	// each variant's figure over (a) of the same run; the table shows the run of its median
+	overs := make([][]float64, len(vs))
+	for i := range vs {
+		for k := range runs[i] {
+			overs[i] = append(overs[i], runs[i][k].over(runs[0][k]))
+		}
+		rows = append(rows, runs[i][medianIndex(overs[i])])
 	}
 	fmt.Fprintf(stdout, "\ninstructions per request under callgrind (%d requests, 1 nginx process)\n\n",
 		cfg.requests)
@@ -245,8 +269,35 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout, "\n(timers fire per second, not per request: valgrind's slow-down makes them "+
 		"weigh far more per request than at full speed, so \"over (a) without timers\" - which also "+
 		"leaves out the Redis replies - is the figure to compare)")
+	figs := make([]float64, len(vs))
+	for i := range vs {
+		figs[i] = overs[i][medianIndex(overs[i])]
+	}
+	if cfg.runs > 1 {
+		fmt.Fprintf(stdout, "\nover (a) without timers in %d runs (the table above: the median run)\n\n", cfg.runs)
+		fmt.Fprintln(stdout, "| variant | median | min | max | spread around the median | runs |")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|")
+		for i := 1; i < len(vs); i++ {
+			lo, hi := minMax(overs[i])
+			m := figs[i]
+			var each []string
+			for _, o := range overs[i] {
+				each = append(each, strconv.FormatFloat(o, 'f', 0, 64))
+			}
+			spread := "-"
+			if m > 0 {
+				spread = fmt.Sprintf("%+.1f %% / %+.1f %%", (lo-m)/m*100, (hi-m)/m*100)
+			}
+			fmt.Fprintf(stdout, "| %s | %.0f | %.0f | %.0f | %s | %s |\n", rows[i].name, m, lo, hi,
+				spread, strings.Join(each, ", "))
+		}
+	}
 	if cfg.json {
-		b, err := jsonLine(rows)
+		keys := make([]string, len(vs))
+		for i, x := range vs {
+			keys[i] = x.v.Key
+		}
+		b, err := jsonLine(keys[1:], figs[1:])
 		if err != nil {
 			return err
 		}
@@ -255,20 +306,38 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// jsonLine is {"b": ..., "r10": ..., "d": ..., "e": ...}: each variant but (a) by its key, its
+// medianIndex is the index of the median of xs (the lower one of an even count).
+func medianIndex(xs []float64) int {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return xs[idx[a]] < xs[idx[b]] })
+	return idx[(len(xs)-1)/2]
+}
+
+func minMax(xs []float64) (float64, float64) {
+	lo, hi := xs[0], xs[0]
+	for _, x := range xs[1:] {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
+}
+
+// jsonLine is {"b": ..., "r10": ..., "d": ..., "e": ...}: each variant's key and its
 // instructions per request over (a) without timers and Redis replies, rounded.
-func jsonLine(rows []row) ([]byte, error) {
+func jsonLine(keys []string, figs []float64) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, rw := range rows[1:] {
+	for i, key := range keys {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		k, err := json.Marshal(rw.key)
+		k, err := json.Marshal(key)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&b, "%s: %.0f", k, rw.over(rows[0]))
+		fmt.Fprintf(&b, "%s: %.0f", k, figs[i])
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil

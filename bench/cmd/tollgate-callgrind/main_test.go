@@ -16,13 +16,34 @@ func TestJSONLine(t *testing.T) {
 		{key: "d", total: 51000},
 		{key: "e", total: 53500, tmrs: 1000, reply: 500},
 	}
-	b, err := jsonLine(rows)
+	var keys []string
+	var figs []float64
+	for _, rw := range rows[1:] {
+		keys, figs = append(keys, rw.key), append(figs, rw.over(rows[0]))
+	}
+	b, err := jsonLine(keys, figs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `{"b": 17000, "r10": 21000, "d": 2500, "e": 3500}`
 	if string(b) != want {
 		t.Fatalf("jsonLine = %s, want %s", b, want)
+	}
+}
+
+// The figure of several runs is their median (the lower middle one of an even count).
+func TestMedianIndex(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want int
+	}{
+		{[]float64{5}, 0},
+		{[]float64{30, 10, 20}, 2},
+		{[]float64{40, 10, 30, 20}, 3},
+	} {
+		if got := medianIndex(c.xs); got != c.want {
+			t.Fatalf("medianIndex(%v) = %d, want %d", c.xs, got, c.want)
+		}
 	}
 }
 

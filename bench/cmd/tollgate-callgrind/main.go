@@ -468,7 +468,7 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 		jc = &jitCounts{warmTraces: warm.traces, warmAborts: warm.aborts,
 			traces: all.traces - warm.traces, aborts: all.aborts - warm.aborts, flushes: all.flushes}
 		if cfg.keep != "" {
-			if err := keepFile(jitLog, cfg.keep, v.Name+".jit.log"); err != nil {
+			if err := keepFile(jitLog, cfg.keep, keepName(cfg, dir, v)+".jit.log"); err != nil {
 				return row{}, err
 			}
 		}
@@ -478,7 +478,7 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 		return row{}, err
 	}
 	if cfg.keep != "" {
-		if err := keepFile(dump, cfg.keep, v.Name+".callgrind"); err != nil {
+		if err := keepFile(dump, cfg.keep, keepName(cfg, dir, v)+".callgrind"); err != nil {
 			return row{}, err
 		}
 	}
@@ -494,6 +494,15 @@ func tail(path string, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// keepName names the kept files of variant v: its name, and with -runs the run's directory
+// (tollgate.run3.callgrind).
+func keepName(cfg config, dir string, v nginxenv.Variant) string {
+	if cfg.runs > 1 {
+		return v.Name + "." + filepath.Base(dir)
+	}
+	return v.Name
 }
 
 // keepFile copies file to dir/name.

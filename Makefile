@@ -100,6 +100,14 @@ bench: build
 	$(GO) run ./bench/cmd/tollgate-bench $(BENCH_FLAGS)
 	@if [ "$(BENCH_BIG)" != "0" ]; then $(GO) run ./bench/cmd/tollgate-bigbench $(BENCH_BIG_FLAGS); fi
 
+# make bench also prints the instructions per request under callgrind (needs valgrind): (b), (b)
+# with 10 and 100 rules, (d) and (e) over plain nginx, the JIT's traces, and the JSON line of the
+# figures (docs/development.md); make bench-callgrind alone prints only that table
+.PHONY: bench-callgrind
+bench: bench-callgrind
+bench-callgrind: build
+	$(GO) run ./bench/cmd/tollgate-callgrind -rules 0,10,100 -json $(CALLGRIND_FLAGS)
+
 # The FHS install layout (docs/deploy.md): binaries in $(PREFIX)/bin, the gateway's Lua, nginx
 # includes and Redis scripts in $(PREFIX)/share/tollgate, settings in $(SYSCONFDIR)/tollgate
 # (kept when present), the control plane's unit and nginx's drop-in in $(UNITDIR). Builds

@@ -406,7 +406,8 @@ func TestRulePriorityEffectiveTimesShadow(t *testing.T) {
 			}
 			shadowed = shadowed || (e.Values["rule_id"] == "shadow" && e.Values["action_taken"] == "shadowed")
 			blocked = blocked || (e.Values["rule_id"] == "a-tight" && e.Values["action_taken"] == "blocked" &&
-				e.Values["response_code"] == "429" && e.Values["app_id"] == "demo-p0")
+				e.Values["response_code"] == "429" && e.Values["app_id"] == "demo-p0" &&
+				e.Values["user_agent"] != nil && e.Values["user_agent"] != "") // read for the event only
 		}
 		return shadowed && blocked
 	})

@@ -108,10 +108,29 @@ function _M.init(opts)
     end
 end
 
+-- TOLLGATE_JIT_LOG: this worker's LuaJIT trace log (jit.v) in <path>.<pid>, for diagnosis
+-- (docs/development.md); a log that cannot be opened is a warning, never a failed start.
+local function jit_log(path)
+    if path == "" or not jit then
+        return
+    end
+    local file = path .. "." .. ngx.worker.pid()
+    local ok, v = pcall(require, "jit.v")
+    local f = ok and io.open(file, "w")
+    if not f then
+        ngx.log(ngx.WARN, "tollgate: TOLLGATE_JIT_LOG: cannot write ", file,
+            ok and "" or " (no jit.v module)")
+        return
+    end
+    f:close()
+    v.on(file)
+end
+
 function _M.init_worker()
     if not conf then
         _M.init()
     end
+    jit_log(conf.jit_log)
     deg.init(conf)
     deg.start()
     cfgcache.on_generation(identity.flush)

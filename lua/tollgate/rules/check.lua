@@ -26,6 +26,9 @@ local sleep = ngx.sleep
 local md5 = ngx.md5
 local match = string.match
 local find = string.find
+local byte = string.byte
+local sub = string.sub
+local SLASH = 47
 local sort = table.sort
 local type = type
 
@@ -85,7 +88,9 @@ cfgcache.on_generation(function(g, drop)
     current = g
 end)
 
--- The rules that can match app `id` and `method`, in order.
+-- The rules that can match app `id` and `method`, in order; the list's `all_headers` is true
+-- when one of them matches on headers or takes its user from one (the request's other headers
+-- are read only then).
 local function candidates(id, method)
     local m = memo[id]
     if not m then
@@ -98,11 +103,14 @@ local function candidates(id, method)
     end
     local l = m[method]
     if not l then
-        l = {}
+        l = { all_headers = false }
         for i = 1, #all do
             local r = all[i]
             if (not r.app_ids or r.app_ids[id]) and (not r.methods or r.methods[method]) then
                 l[#l + 1] = r
+                if r.headers or r.scope == "user" then
+                    l.all_headers = true
+                end
             end
         end
         m[method] = l
@@ -134,22 +142,42 @@ end
 -- Per-request facts, computed once when the first rule needs them.
 local req = {}
 
+-- the last address parsed without a forwarded hop (a keep-alive connection's requests share it)
+local last_remote, last_ip, last_bin = nil, "", false
+
 local function client_ip()
     if req.ip == nil then
         local remote = var.remote_addr
-        local ip, bin = ipmatch.client(remote, req.headers["x-forwarded-for"],
-            conf.trusted_proxies)
-        req.ip, req.ip_bin = ip or "", bin or false
+        local xff = nil
+        if #conf.trusted_proxies > 0 then
+            xff = reqheaders.all(req.headers)["x-forwarded-for"]
+        end
+        if xff == nil and remote == last_remote then
+            req.ip, req.ip_bin = last_ip, last_bin
+        else
+            local ip, bin = ipmatch.client(remote, xff, conf.trusted_proxies)
+            req.ip, req.ip_bin = ip or "", bin or false
+            if xff == nil then
+                last_remote, last_ip, last_bin = remote, req.ip, req.ip_bin
+            end
+        end
     end
     return req.ip, req.ip_bin
 end
 
+-- The bucket and key of the path: plain finds (a pattern match leaves the compiled trace).
 local function path()
     if req.uri == nil then
         local uri = var.uri
         req.uri = uri
-        req.bucket = match(uri, "^/([^/]+)") or ""
-        req.key = match(uri, "^/[^/]+/(.*)$") or ""
+        local slash = find(uri, "/", 2, true)
+        if byte(uri, 1) ~= SLASH or slash == 2 then
+            req.bucket, req.key = "", ""        -- no bucket: no key either
+        elseif not slash then
+            req.bucket, req.key = sub(uri, 2), ""
+        else
+            req.bucket, req.key = sub(uri, 2, slash - 1), sub(uri, slash + 1)
+        end
     end
     return req.uri
 end
@@ -160,7 +188,7 @@ local function triggered(r, action, skey, method, remaining)
     if not sampled then
         return
     end
-    local ua = req.headers["user-agent"]
+    local ua = reqheaders.all(req.headers)["user-agent"]
     events.push({
         event_type = "rule_triggered", severity = action == "blocked" and "warning" or "info",
         app_id = req.app, user_id = r.scope == "user" and skey or nil,
@@ -281,7 +309,9 @@ function _M.check(a, method, headers, cost)
         return nil
     end
     local id = a.id
-    reqheaders.all(headers)     -- rules match any header (and take the client's from some)
+    if list.all_headers then
+        reqheaders.all(headers)     -- rules match any header (and take the user's from some)
+    end
     req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
     local t = now()
     for i = 1, #list do

@@ -134,3 +134,93 @@ func TestPacingOff(t *testing.T) {
 		t.Fatalf("4 MiB with pacing off took %v: paced anyway", took)
 	}
 }
+
+// A paced transfer holds its connection slot for as long as it runs and its worker's heartbeat
+// keeps the slot's tracking record fresh: the leak cleanup (every 0.2 s here, a record counts as
+// leaked after 1 s without a heartbeat) never reclaims a slow but live transfer (mutation: the
+// heartbeat not refreshing the records of live requests — the cleanup released the paced
+// transfer's slot as leaked while it ran).
+func TestPacedTransferKeepsItsSlot(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("slow")},
+		env: map[string]string{"TOLLGATE_CONN_TIMEOUT": "1", "TOLLGATE_CONN_CLEANUP_INTERVAL": "0.2"}})
+	g := s.gw()
+	const size = 4 << 20
+	type result struct {
+		status int
+		n      int64
+		took   time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		status, n, took := download(t, g.URL, "slow", size, "")
+		done <- result{status, n, took}
+	}()
+	held := 0
+	var r result
+wait:
+	for {
+		select {
+		case r = <-done:
+			break wait
+		case <-time.After(200 * time.Millisecond):
+			if st := connStateOf(g, "slow"); st.AppCurrent == 1 {
+				held++
+			}
+		}
+	}
+	if r.status != 200 || r.n != size {
+		t.Fatalf("status %d, %d of %d bytes", r.status, r.n, size)
+	}
+	if r.took < 2*time.Second || held < 5 {
+		t.Fatalf("the transfer took %v and was seen holding its slot %d times: not paced long enough to prove anything", r.took, held)
+	}
+	eventually(t, "the slot given back", func() bool { return connStateOf(g, "slow").AppCurrent == 0 })
+	if st := connStateOf(g, "slow"); st.AppLeaked != 0 {
+		t.Fatalf("a paced transfer of %v was reclaimed as leaked: %+v", r.took, st)
+	}
+}
+
+// With Redis down a download admitted by the fail-open budget is paid, and paced, from that
+// budget (TOLLGATE_FAIL_OPEN_RATE tokens/s per app and node: 16 here, 1 MiB/s) — slowed, not
+// cut (mutation: bucket.pay admitting every fail-open chunk — the download ran at full speed).
+func TestPacingFromTheFailOpenBudget(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("failopen")},
+		env: map[string]string{"TOLLGATE_FAIL_OPEN_RATE": "16"}})
+	g := s.gw()
+	if r := g.Do("HEAD", "/b/k", "failopen", nil, nil); r.Status != 200 {
+		t.Fatalf("HEAD with Redis up: %d", r.Status)
+	}
+	s.redis.Stop()
+	// spend what the node's lease still holds: then requests are admitted in fail-open
+	eventually(t, "admissions from the fail-open budget", func() bool {
+		for i := 0; i < 20; i++ {
+			g.Do("HEAD", "/b/k", "failopen", nil, nil)
+		}
+		g.SettleMetrics()
+		return g.Metric(`ratelimit_fail_open_total{app_id="failopen"}`) > 0
+	})
+	before := g.Metric(`ratelimit_fail_open_total{app_id="failopen"}`)
+	const size = 4 << 20
+	var status int
+	var n int64
+	var took time.Duration
+	// the HEADs may have spent this second's budget: the download is admitted in the next
+	eventually(t, "the download admitted", func() bool {
+		status, n, took = download(t, g.URL, "failopen", size, "")
+		return status != 429
+	})
+	if status != 200 || n != size {
+		t.Fatalf("status %d, %d of %d bytes: a paced download must arrive whole", status, n, size)
+	}
+	t.Logf("4 MiB with Redis down in %v (fail-open budget 1 MiB/s)", took)
+	g.SettleMetrics()
+	if v := g.Metric(`ratelimit_fail_open_total{app_id="failopen"}`); v != before+1 {
+		t.Fatalf("the download was not admitted in fail-open: %v fail-open admissions, %v before", v, before)
+	}
+	if took < 2*time.Second {
+		t.Fatalf("4 MiB from a 1 MiB/s fail-open budget took %v: not paced", took)
+	}
+	if took > 8*time.Second {
+		t.Fatalf("4 MiB from a 1 MiB/s fail-open budget took %v: paced below the budget", took)
+	}
+}

@@ -59,6 +59,16 @@ func TestPacedDownloadIsSlowedNotCut(t *testing.T) {
 	if status != 200 || n != size {
 		t.Fatalf("status %d, %d of %d bytes: a paced download must arrive whole", status, n, size)
 	}
+	// the settlement: the chunks paid as the bytes left, plus the remainder the log phase
+	// charged (as debt), are the request's price, GET 1 + ceil(body bytes / 64 KiB), nothing
+	// paid twice (mutation: the log phase settling without the chunks paid in flight — the app
+	// was charged them twice)
+	g.SettleMetrics()
+	out := g.Metric(`ratelimit_bytes_total{app_id="paced",direction="out"}`)
+	price := 1 + float64(units(int(out)))
+	eventually(t, "the download's price reported", func() bool {
+		return s.stats("paced")["total_consumed"] == price
+	}, func() { t.Logf("consumed %v, price %v", s.stats("paced")["total_consumed"], price) })
 	// the burst (1 MiB) goes at once, the other 3 MiB at 1 MiB/s
 	paced := float64(size-paceRate) / took.Seconds()
 	t.Logf("4 MiB in %v: %.0f KiB/s after the burst (share %d KiB/s)", took, paced/1024, paceRate/1024)
@@ -222,5 +232,22 @@ func TestPacingFromTheFailOpenBudget(t *testing.T) {
 	}
 	if took > 8*time.Second {
 		t.Fatalf("4 MiB from a 1 MiB/s fail-open budget took %v: paced below the budget", took)
+	}
+}
+
+// A download with a Content-Length (what S3 backends send) is paced the same way: the filter
+// stops following only a body the access phase paid in full (mutation: it stopped following
+// every body of a known length — the download ran at full speed).
+func TestPacedDownloadOfKnownLength(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("pacedcl")}})
+	g := s.gw()
+	const size = 3 << 20
+	status, n, took := download(t, g.URL, "pacedcl", size, "&cl=1")
+	if status != 200 || n != size {
+		t.Fatalf("status %d, %d of %d bytes: a paced download must arrive whole", status, n, size)
+	}
+	t.Logf("3 MiB (Content-Length) in %v", took)
+	if took < 1500*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("3 MiB of an app with 1 MiB/s took %v", took)
 	}
 }

@@ -60,8 +60,13 @@ end
 function _M.follow(ctx, prepaid)
     ctx.tg_pace = true
     ctx.tg_paid = prepaid > 0 and prepaid or 0
-    ctx.tg_flow = 0
     live = live + 1
+end
+
+-- Stop following a request (its bandwidth is paid, or it ended).
+local function unfollow(ctx)
+    ctx.tg_pace = false
+    live = live - 1
 end
 
 -- Tokens per second of the app on this node, and the chunk its transfers pay at a time.
@@ -79,11 +84,16 @@ local function node_rate(a, k, source)
     return rate
 end
 
--- The chunk (tokens) a transfer of `a` pays at a time: ~100 ms of its rate, at least one unit.
+-- The chunk (tokens) a transfer of `a` pays at a time: ~100 ms of its rate, at most an eighth
+-- of its burst (a lease holds at most half of it), at least one unit.
 local function chunk_of(a, source)
     local rate = source == "fail_open" and conf.fail_open_rate or a.guaranteed
     local c = ceil(rate * AHEAD)
-    local unit = a.c_bw > 0 and a.c_bw or 1
+    local most = floor(a.burst / 8)
+    if c > most then
+        c = most
+    end
+    local unit = a.c_bw
     if c < unit then
         c = unit
     end
@@ -121,6 +131,11 @@ local function pace(ctx, a, t)
     if ctx.tg_paced then
         allowed = ctx.tg_pallow + s * (t - ctx.tg_pt)
     else
+        if not ctx.tg_pk then   -- one more paced transfer of the app on the node
+            ctx.tg_pk = "pace:" .. a.id
+            dict:incr(ctx.tg_pk, 1, 0)
+            s = share(ctx, a)
+        end
         ctx.tg_paced = true
         ctx.tg_p0 = t
         allowed = (tonumber(var.bytes_sent) or 0) + s * AHEAD
@@ -149,24 +164,32 @@ function _M.run()
         return
     end
     local a = ctx.tg_app
-    if not ctx.tg_pk then   -- its first bytes: one more transfer of the app on the node
-        ctx.tg_pk = "pace:" .. a.id
-        dict:incr(ctx.tg_pk, 1, 0)
-    end
     local unit = a.c_bw
-    if unit <= 0 then
-        return              -- bandwidth is free for this app: nothing to pay, nothing to pace
+    local total = ctx.tg_ptotal
+    if not total then
+        -- its first bytes: the price of the whole body when its length is known (-1 when not);
+        -- a body the access phase paid in full (a small object) needs nothing more
+        local len = tonumber(var.sent_http_content_length)
+        total = len and ceil(len / QUANTUM) * unit or -1
+        if unit <= 0 or (total >= 0 and total <= ctx.tg_paid) then
+            unfollow(ctx)
+            return
+        end
+        ctx.tg_ptotal = total
     end
     local sent = tonumber(var.body_bytes_sent) or 0
     local need = ceil(sent / QUANTUM) * unit
     local chunk = chunk_of(a, ctx.tg_source)
+    if total >= 0 and ctx.tg_paid + chunk > total then
+        chunk = total - ctx.tg_paid     -- never ahead of the body's end
+    end
     local t
-    if need + chunk > ctx.tg_paid then
+    if chunk > 0 and need + chunk > ctx.tg_paid then
         local ok, left = l3.pay(a, chunk, ctx.tg_source)
         t = now()
         if ok then
             ctx.tg_paid = ctx.tg_paid + chunk
-            ctx.tg_flow = ctx.tg_flow + chunk
+            ctx.tg_flow = (ctx.tg_flow or 0) + chunk
             if ctx.tg_paced and need + chunk <= ctx.tg_paid and left >= chunk then
                 unpace(ctx, t)      -- paid up and the lease holds more: full speed again
                 return
@@ -183,7 +206,7 @@ end
 
 --- Log phase: stop following the request; returns the tokens its transfer paid while it moved.
 function _M.close(ctx)
-    live = live - 1
+    unfollow(ctx)
     if ctx.tg_pk then
         dict:incr(ctx.tg_pk, -1, 0)
     end
@@ -195,7 +218,7 @@ function _M.close(ctx)
         local a = ctx.tg_app
         metrics.inc('ratelimit_paced_seconds_total{app_id="' .. a.id .. '"}', paced)
     end
-    return ctx.tg_flow
+    return ctx.tg_flow or 0
 end
 
 return _M

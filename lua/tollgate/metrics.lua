@@ -47,8 +47,10 @@ local HELP = {
     ratelimit_reports_total = { "counter", "Consumption reports by result." },
     ratelimit_returned_tokens_total = { "counter", "Idle lease tokens returned to L2." },
     ratelimit_fail_open_total = { "counter", "Requests admitted by the fail-open budget." },
-    ratelimit_bytes_total = { "counter", "Body bytes by app and direction (out: downloads to clients, in: uploads)." },
-    ratelimit_paced_seconds_total = { "counter", "Seconds downloads spent paced to their app's share, by app." },
+    ratelimit_bytes_total = { "counter",
+        "Body bytes by app and direction (out: downloads to clients, in: uploads)." },
+    ratelimit_paced_seconds_total = { "counter",
+        "Seconds downloads spent paced to their app's share, by app." },
     ratelimit_config_errors_total = { "counter", "App configs rejected by this node." },
     ratelimit_config_store_lost = { "gauge",
         "1 while the config store is not the one this node knew (epoch gone or changed, "

@@ -1,10 +1,12 @@
 package t
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,26 +27,36 @@ func pacedApp(id string) store.App {
 	return app(id, paceQuota, paceQuota)
 }
 
-// download GETs size bytes from the test backend through the gateway as app id and returns the
-// status, the bytes that arrived and how long the transfer took.
-func download(t *testing.T, url, id string, size int, query string) (int, int64, time.Duration) {
-	t.Helper()
+// fetch GETs size bytes from the test backend through the gateway as app id and returns the
+// status, the bytes that arrived, how long the transfer took, and an error if it was cut (safe
+// in any goroutine).
+func fetch(url, id string, size int, query string) (int, int64, time.Duration, error) {
 	req, err := http.NewRequest("GET", url+"/b/paced?size="+strconv.Itoa(size)+query, nil)
 	if err != nil {
-		t.Fatal(err)
+		return 0, 0, 0, err
 	}
 	req.Header.Set("X-App-Id", id)
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("download: %v", err)
+		return 0, 0, 0, err
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
 	if err != nil {
-		t.Fatalf("download cut after %d bytes: %v", n, err)
+		err = fmt.Errorf("download cut after %d bytes: %w", n, err)
 	}
-	return resp.StatusCode, n, time.Since(start)
+	return resp.StatusCode, n, time.Since(start), err
+}
+
+// download is fetch in the test's goroutine: a cut transfer fails the test.
+func download(t *testing.T, url, id string, size int, query string) (int, int64, time.Duration) {
+	t.Helper()
+	status, n, took, err := fetch(url, id, size, query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status, n, took
 }
 
 // A download costlier than the app can pay is slowed, not cut: every byte arrives with a 200,
@@ -107,8 +119,8 @@ func TestPacingSharesTheRateAmongTransfers(t *testing.T) {
 			defer wg.Done()
 			// the backend answers after 300 ms: the four are admitted (1 token each) before
 			// the first one's bytes spend the burst
-			status, n, _ := download(t, g.URL, "paced4", size, "&ms=300")
-			if status != 200 || n != size {
+			status, n, _, err := fetch(g.URL, "paced4", size, "&ms=300")
+			if err != nil || status != 200 || n != size {
 				errs <- "status " + strconv.Itoa(status) + ", " + strconv.FormatInt(n, 10) + " bytes"
 			}
 		}()
@@ -159,11 +171,12 @@ func TestPacedTransferKeepsItsSlot(t *testing.T) {
 		status int
 		n      int64
 		took   time.Duration
+		err    error
 	}
 	done := make(chan result, 1)
 	go func() {
-		status, n, took := download(t, g.URL, "slow", size, "")
-		done <- result{status, n, took}
+		status, n, took, err := fetch(g.URL, "slow", size, "")
+		done <- result{status, n, took, err}
 	}()
 	held := 0
 	var r result
@@ -178,8 +191,8 @@ wait:
 			}
 		}
 	}
-	if r.status != 200 || r.n != size {
-		t.Fatalf("status %d, %d of %d bytes", r.status, r.n, size)
+	if r.err != nil || r.status != 200 || r.n != size {
+		t.Fatalf("status %d, %d of %d bytes (%v)", r.status, r.n, size, r.err)
 	}
 	if r.took < 2*time.Second || held < 5 {
 		t.Fatalf("the transfer took %v and was seen holding its slot %d times: not paced long enough to prove anything", r.took, held)
@@ -249,5 +262,37 @@ func TestPacedDownloadOfKnownLength(t *testing.T) {
 	t.Logf("3 MiB (Content-Length) in %v", took)
 	if took < 1500*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("3 MiB of an app with 1 MiB/s took %v", took)
+	}
+}
+
+// A reload (SIGHUP) lets a paced transfer in flight finish in its old worker, paced, whole
+// (mutation: the filter ending the body when its worker is exiting, ngx.arg[2] = true on
+// ngx.worker.exiting() — the download was cut at the reload).
+func TestPacedTransferSurvivesReload(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("reload")}})
+	g := s.gw()
+	const size = 4 << 20
+	type result struct {
+		status int
+		n      int64
+		took   time.Duration
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		status, n, took, err := fetch(g.URL, "reload", size, "")
+		done <- result{status, n, took, err}
+	}()
+	eventually(t, "the transfer paced", func() bool {
+		return connStateOf(g, "reload").AppCurrent == 1
+	})
+	time.Sleep(500 * time.Millisecond) // into the paced part (the burst takes the first second)
+	g.Signal(syscall.SIGHUP)
+	r := <-done
+	if r.err != nil || r.status != 200 || r.n != size {
+		t.Fatalf("across a reload: status %d, %d of %d bytes (%v)", r.status, r.n, size, r.err)
+	}
+	if r.took < 2*time.Second {
+		t.Fatalf("4 MiB took %v: not paced", r.took)
 	}
 }

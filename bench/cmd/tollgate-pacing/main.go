@@ -149,8 +149,9 @@ func run(args []string) error {
 			return err
 		}
 		for _, n := range streams {
-			// the paced app's bucket refills (its burst is two seconds of its rate)
-			time.Sleep(3 * time.Second)
+			// the paced app's bucket refills (its burst is two seconds of its rate) and the
+			// debt the last run left is repaid
+			time.Sleep(5 * time.Second)
 			r, err := measure(ctx, node, n, *duration)
 			if err != nil {
 				node.Stop()

@@ -8,9 +8,10 @@
 -- * Paced, not cut: when the lease cannot pay a chunk, nginx's per-request rate ($limit_rate)
 --   slows the transfer to its share: the app's guaranteed rate on this node (guaranteed / active
 --   nodes of the app's lease, times the emergency ratio of its priority; the fail-open rate while
---   the request runs on fail-open) divided among the app's transfers on the node (a shared-dict
---   counter). Bytes the lease could not pay are charged in the log phase as local debt, which
---   the next grants repay first. A transfer whose lease pays again is unpaced.
+--   the request runs on fail-open) divided among the app's paced transfers on the node (a
+--   shared-dict counter). It keeps paying chunks from what the refill brings; bytes the lease
+--   could not pay are charged in the log phase as local debt, which the next grants repay first.
+--   A paced transfer stays paced to its end (its burst was spent).
 -- * nginx's rate is cumulative from the request's start (limit = rate * (now_sec - start_sec + 1)
 --   - bytes_sent): the filter keeps its own allowance (bytes sent when pacing began, plus the
 --   share since) and sets $limit_rate = allowance / elapsed seconds at every call, so that a
@@ -148,12 +149,6 @@ local function pace(ctx, a, t)
     set_rate(s, allowed)
 end
 
-local function unpace(ctx, t)
-    ctx.tg_paced = false
-    ctx.tg_pdur = (ctx.tg_pdur or 0) + (t - ctx.tg_p0)
-    var.limit_rate = 0
-end
-
 --- body_filter_by_lua.
 function _M.run()
     if live == 0 then
@@ -176,6 +171,12 @@ function _M.run()
             return
         end
         ctx.tg_ptotal = total
+        if (dict:get("pace:" .. a.id) or 0) > 0 then
+            -- the app's transfers on this node are paced already: its tokens are spent, and
+            -- what the refill brings is their share, not a new transfer's burst
+            pace(ctx, a, now())
+            return
+        end
     end
     local sent = tonumber(var.body_bytes_sent) or 0
     local need = ceil(sent / QUANTUM) * unit
@@ -185,15 +186,14 @@ function _M.run()
     end
     local t
     if chunk > 0 and need + chunk > ctx.tg_paid then
-        local ok, left = l3.pay(a, chunk, ctx.tg_source)
+        local ok = l3.pay(a, chunk, ctx.tg_source)
         t = now()
         if ok then
+            -- a paced transfer stays paced: the refill that pays its chunks is its share (a
+            -- transfer let go at full speed on the refill's reserve would run at the share
+            -- plus what the other transfers' share pays)
             ctx.tg_paid = ctx.tg_paid + chunk
             ctx.tg_flow = (ctx.tg_flow or 0) + chunk
-            if ctx.tg_paced and need + chunk <= ctx.tg_paid and left >= chunk then
-                unpace(ctx, t)      -- paid up and the lease holds more: full speed again
-                return
-            end
         elseif not ctx.tg_paced then
             pace(ctx, a, t)
             return
@@ -210,10 +210,7 @@ function _M.close(ctx)
     if ctx.tg_pk then
         dict:incr(ctx.tg_pk, -1, 0)
     end
-    local paced = ctx.tg_pdur or 0
-    if ctx.tg_paced then
-        paced = paced + (now() - ctx.tg_p0)
-    end
+    local paced = ctx.tg_paced and now() - ctx.tg_p0 or 0
     if paced > 0 then
         local a = ctx.tg_app
         metrics.inc('ratelimit_paced_seconds_total{app_id="' .. a.id .. '"}', paced)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -294,5 +295,69 @@ func TestPacedTransferSurvivesReload(t *testing.T) {
 	}
 	if r.took < 2*time.Second {
 		t.Fatalf("4 MiB took %v: not paced", r.took)
+	}
+}
+
+// progress is a download whose bytes so far can be read while it runs.
+type progress struct {
+	got    atomic.Int64
+	status atomic.Int64
+	done   chan error
+}
+
+func (p *progress) Write(b []byte) (int, error) {
+	p.got.Add(int64(len(b)))
+	return len(b), nil
+}
+
+func startDownload(url, id string, size int) *progress {
+	p := &progress{done: make(chan error, 1)}
+	go func() {
+		req, err := http.NewRequest("GET", url+"/b/paced?size="+strconv.Itoa(size), nil)
+		if err != nil {
+			p.done <- err
+			return
+		}
+		req.Header.Set("X-App-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			p.done <- err
+			return
+		}
+		defer resp.Body.Close()
+		p.status.Store(int64(resp.StatusCode))
+		_, err = io.Copy(p, resp.Body)
+		p.done <- err
+	}()
+	return p
+}
+
+// Emergency applies to pacing as to admission: a P3 app's share is 0 in an emergency, so its
+// paced download stalls (nginx's smallest rate) while holding its slot, and resumes whole when
+// the emergency ends (mutation: the share ignoring the emergency ratio — the download went on at
+// 1 MiB/s through the emergency).
+func TestPacedP3StallsInEmergency(t *testing.T) {
+	a := pacedApp("p3paced")
+	a.Priority = 3
+	s := newStack(t, stackOptions{workers: 1, apps: []store.App{a}})
+	g := s.gw()
+	const size = 6 << 20
+	p := startDownload(g.URL, "p3paced", size)
+	eventually(t, "the download paced", func() bool { return p.got.Load() > 2<<20 })
+	s.activateEmergency(30 * time.Second)
+	time.Sleep(time.Second) // the notice, and what nginx had already handed to the socket
+	stalled := p.got.Load()
+	time.Sleep(2 * time.Second)
+	moved := p.got.Load() - stalled
+	t.Logf("%d bytes moved in 2 s of emergency (%d before)", moved, stalled)
+	if st := connStateOf(g, "p3paced"); st.AppCurrent != 1 {
+		t.Fatalf("the stalled download does not hold its slot: %+v", st)
+	}
+	s.deactivateEmergency()
+	if err := <-p.done; err != nil || p.status.Load() != 200 || p.got.Load() != size {
+		t.Fatalf("after the emergency: status %d, %d of %d bytes (%v)", p.status.Load(), p.got.Load(), size, err)
+	}
+	if moved > 256<<10 {
+		t.Fatalf("%d bytes moved in 2 s of emergency: a P3 download was not stalled", moved)
 	}
 }

@@ -361,3 +361,39 @@ func TestPacedP3StallsInEmergency(t *testing.T) {
 		t.Fatalf("%d bytes moved in 2 s of emergency: a P3 download was not stalled", moved)
 	}
 }
+
+// The nodes' shares follow the L3 leases: an app downloading through two nodes at once gets its
+// guarantee in total, each node pacing its transfers to guaranteed / active nodes (mutation: the
+// node's share not divided by the app's active nodes — the two downloads took about half the
+// time).
+func TestPacingSharesTheRateAmongNodes(t *testing.T) {
+	s := newStack(t, stackOptions{nodes: 2, workers: 1, apps: []store.App{pacedApp("twonodes")}})
+	const size = 3 << 20
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan string, 2)
+	for _, g := range s.gws {
+		wg.Add(1)
+		go func(url string) {
+			defer wg.Done()
+			// the backend answers after 300 ms: both are admitted before the bytes move
+			status, n, _, err := fetch(url, "twonodes", size, "&ms=300")
+			if err != nil || status != 200 || n != size {
+				errs <- fmt.Sprintf("status %d, %d bytes (%v)", status, n, err)
+			}
+		}(g.URL)
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for e := range errs {
+		t.Fatalf("a paced download did not arrive whole: %s", e)
+	}
+	t.Logf("2 x 3 MiB over two nodes in %v (guarantee 1 MiB/s in total)", took)
+	if took < 4200*time.Millisecond {
+		t.Fatalf("2 x 3 MiB of an app with 1 MiB/s over two nodes took %v: each node paced to the whole guarantee", took)
+	}
+	if took > 9*time.Second {
+		t.Fatalf("2 x 3 MiB of an app with 1 MiB/s over two nodes took %v: paced below the guarantee", took)
+	}
+}

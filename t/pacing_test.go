@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -396,4 +397,23 @@ func TestPacingSharesTheRateAmongNodes(t *testing.T) {
 	if took > 9*time.Second {
 		t.Fatalf("2 x 3 MiB of an app with 1 MiB/s over two nodes took %v: paced below the guarantee", took)
 	}
+}
+
+// ratelimit_bytes_total counts upload bodies as direction "in": a known length and a chunked
+// upload (its de-chunked size) (mutation: the known length counted only for failed uploads —
+// the series stayed at the chunked upload's bytes).
+func TestBytesInMetric(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 1})
+	g := s.gw()
+	if r := g.Do("PUT", "/b/up", "demo-p0", strings.NewReader(strings.Repeat("u", 200000)), nil); r.Status != 200 {
+		t.Fatalf("PUT: %d", r.Status)
+	}
+	if r := g.Do("PUT", "/b/upc", "demo-p0", strings.NewReader(strings.Repeat("c", 70000)),
+		map[string]string{"Transfer-Encoding": "chunked"}); r.Status != 200 {
+		t.Fatalf("chunked PUT: %d", r.Status)
+	}
+	eventually(t, "the upload bytes counted", func() bool {
+		g.SettleMetrics()
+		return g.Metric(`ratelimit_bytes_total{app_id="demo-p0",direction="in"}`) == 270000
+	}, func() { t.Logf("in: %v", g.Metric(`ratelimit_bytes_total{app_id="demo-p0",direction="in"}`)) })
 }

@@ -151,8 +151,11 @@ local function log_request(ctx)
     local short = 0
     local head = ctx.tg_head
     if head then
-        local len = tonumber(var.content_length) or 0
+        -- the announced length (the header the access phase read; no variable read): the
+        -- backend answered, so the body was in
+        local len = tonumber(ctx.h["content-length"]) or 0
         if status >= 400 then
+            len = tonumber(var.content_length) or 0
             local got = (tonumber(var.request_length) or 0) - head
             if got < len then
                 short = ctx.tg_total - calculator:calculate(op, got > 0 and got or 0, a.c_bw)

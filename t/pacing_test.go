@@ -144,7 +144,8 @@ func TestPacingSharesTheRateAmongTransfers(t *testing.T) {
 	}
 }
 
-// TOLLGATE_PACING=off: today's behaviour, the download at full speed and charged after it.
+// TOLLGATE_PACING=off: the earlier behaviour, the download at full speed and charged after it
+// (mutation: the setting ignored — the download was paced).
 func TestPacingOff(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("unpaced")},
 		env: map[string]string{"TOLLGATE_PACING": "off"}})

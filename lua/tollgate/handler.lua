@@ -3,6 +3,7 @@
 --   init_worker() init_worker_by_lua: Redis client, timers (worker 0: sync, config watch)
 --   access()      access_by_lua:      identify, classify, connection slot, cost, rules, L3
 --                                     acquire or 4xx
+--   body()        body_filter_by_lua: downloads charged as they flow, paced (tollgate.request.pace)
 --   log()         log_by_lua:         post-hoc charges, rollback of cancelled requests, metrics
 --   health(), metrics()               content handlers, never limited
 local cfgcache = require("tollgate.config.cache")
@@ -26,6 +27,7 @@ local identity = require("tollgate.identity")
 local sigsecrets = require("tollgate.s3.sigsecrets")
 local access = require("tollgate.request.access")
 local log_phase = require("tollgate.request.log")
+local pace = require("tollgate.request.pace")
 
 local cjson = require("cjson.safe")
 
@@ -91,6 +93,7 @@ function _M.init(opts)
     sigsecrets.configure(conf.secrets_key_file)
     access.configure(calculator, identity.DOMAINS[1] and identity.DOMAINS or nil, conf)
     log_phase.configure(conf, calculator)
+    pace.configure(conf, calculator)
     -- the headers the request path reads (identity, price, reservation estimates); rules and
     -- events read the rest through reqheaders.all
     reqheaders.want(conf.app_header:lower())
@@ -233,6 +236,8 @@ end
 --- access_by_lua (tollgate.request.access) and log_by_lua (tollgate.request.log).
 _M.access = access.run
 _M.log = log_phase.run
+--- body_filter_by_lua (tollgate.request.pace).
+_M.body = pace.run
 
 -- Each module adds the gauges it owns (metrics.add_gauges); this one adds the build's.
 function _M.metrics()

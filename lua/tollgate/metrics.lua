@@ -49,6 +49,10 @@ local HELP = {
     ratelimit_recovered_grant_tokens_total = { "counter",
         "Tokens of a grant whose reply timed out, recovered by the next grant." },
     ratelimit_fail_open_total = { "counter", "Requests admitted by the fail-open budget." },
+    ratelimit_bytes_total = { "counter",
+        "Body bytes by app and direction (out: downloads to clients, in: uploads)." },
+    ratelimit_paced_seconds_total = { "counter",
+        "Seconds downloads spent paced to their app's share, by app." },
     ratelimit_config_errors_total = { "counter", "App configs rejected by this node." },
     ratelimit_config_store_lost = { "gauge",
         "1 while the config store is not the one this node knew (epoch gone or changed, "

@@ -338,10 +338,11 @@ local function digest()
     return #body, ngx.md5(body)
 end
 
--- The storage backend: ?size=N answers N bytes, ?ms=N waits first, ?code=N answers that status
--- (so does every request while /_t/fail is in force), ?digest answers the body's length and MD5
--- in X-Test-Body. Every answer says what arrived: X-Test-Uri (the request target as received),
--- X-Test-TE (its Transfer-Encoding) and X-Test-Hits (requests the backend saw so far).
+-- The storage backend: ?size=N answers N bytes (?cl=1: with a Content-Length), ?ms=N waits
+-- first, ?code=N answers that status (so does every request while /_t/fail is in force),
+-- ?digest answers the body's length and MD5 in X-Test-Body. Every answer says what arrived:
+-- X-Test-Uri (the request target as received), X-Test-TE (its Transfer-Encoding) and
+-- X-Test-Hits (requests the backend saw so far).
 function _M.backend()
     ngx.header["X-Test-Uri"] = ngx.var.request_uri
     ngx.header["X-Test-TE"] = ngx.var.http_transfer_encoding or ""
@@ -364,6 +365,9 @@ function _M.backend()
     local n = tonumber(args.size)
     if not n then
         return ngx.print("ok")
+    end
+    if args.cl then     -- ?cl=1: a Content-Length (else the answer is chunked)
+        ngx.header["Content-Length"] = n
     end
     local chunk = string.rep("x", 65536)
     while n > 0 do

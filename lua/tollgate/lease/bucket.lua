@@ -409,6 +409,40 @@ function _M.charge(a, amount, source)
     end
 end
 
+--- Charge `amount` tokens of a transfer while its bytes move (tollgate.request.pace): from the
+-- lease, or for a request admitted in fail-open from this second's fail-open budget; all or
+-- nothing and never waiting for Redis (a body filter cannot). Returns true, tokens left — or
+-- false when the lease cannot pay (an asynchronous refill is started; the caller paces).
+function _M.pay(a, amount, source)
+    local k = K(a.id)
+    if source == "fail_open" then
+        local rate = conf.fail_open_rate
+        local sec_key = k.fail_open .. ":" .. floor(now())
+        local v = dict:incr(sec_key, amount, 0, 2)
+        if v and v <= rate then
+            dict:incr(k.fail_open, amount, 0)
+            return true, rate - v
+        end
+        if v then
+            dict:incr(sec_key, -amount)
+        end
+        return false
+    end
+    if conf.mode == "remote" then
+        return true, 0      -- no lease: the log phase settles what moved
+    end
+    local ok, v = shm.take_all_or_nothing(k.tokens, amount)
+    if ok then
+        add_pending(k, amount, 0)
+        if v < hit_target(a, k) * conf.refill_threshold then
+            _M.trigger_refill(a, k)
+        end
+        return true, v
+    end
+    _M.trigger_refill(a, k)
+    return false
+end
+
 --- Give `amount` back to the lease: an estimate that was too high (the request itself stays
 -- counted).
 function _M.refund(a, amount, source)

@@ -22,6 +22,8 @@ local sigverify = require("tollgate.s3.sigverify")
 local authbudget = require("tollgate.request.authbudget")
 local deletes = require("tollgate.s3.delete")
 local lookup = require("tollgate.config.lookup")
+local pace = require("tollgate.request.pace")
+local DOWNLOAD = require("tollgate.cost").DOWNLOAD
 
 
 local get_method = ngx.req.get_method
@@ -249,6 +251,10 @@ function _M.run()
     ctx.tg_op = op
     ctx.tg_source = y          -- "fail_open" or nil (lease)
     ctx.tg_deferred = deferred
+    if DOWNLOAD[op] and pace.enabled() then
+        -- charged as its bytes leave, paced when the lease cannot pay (body filter)
+        pace.follow(ctx, estimate - deferred)
+    end
     -- an upload of a known length: the header bytes read so far, so that the log phase can
     -- charge only the body bytes that really arrived if the request fails
     ctx.tg_head = not chunked and nkeys == nil and headers["content-length"] ~= nil

@@ -14,6 +14,7 @@ local reqstate = require("tollgate.request.state")
 local reqheaders = require("tollgate.request.headers")
 local authbudget = require("tollgate.request.authbudget")
 local numvar = require("tollgate.request.numvar")
+local pace = require("tollgate.request.pace")
 
 
 local get_method = ngx.req.get_method
@@ -63,6 +64,26 @@ local function auth_failed(ctx, label, method, status)
     }, sampled)
 end
 
+-- Bytes a request of app `a` sent to its client (the series name kept on the app's config).
+local function bytes_out(a, n)
+    local series = a.tg_m_out
+    if not series then
+        series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="out"}'
+        a.tg_m_out = series
+    end
+    metrics.inc(series, n)
+end
+
+-- Bytes of the body a request of app `a` sent to the backend.
+local function bytes_in(a, n)
+    local series = a.tg_m_in
+    if not series then
+        series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="in"}'
+        a.tg_m_in = series
+    end
+    metrics.inc(series, n)
+end
+
 local function log_request(ctx)
     if ctx.tg_conn then
         connlimit.release(ctx)      -- connection limiter first, whatever answered the request
@@ -85,6 +106,8 @@ local function log_request(ctx)
         return
     end
     local op = ctx.tg_op
+    -- what a download paid while its bytes moved (tollgate.request.pace)
+    local flow = ctx.tg_pace and pace.close(ctx) or 0
     -- cancelled: nothing reached the backend's answer — the client went away (499), nginx
     -- refused the request or its body (400, 408, 413) or the backend failed (5xx); refunded
     -- whatever the status
@@ -93,6 +116,9 @@ local function log_request(ctx)
     local denied = (status == 401 or status == 403) and upstream_answered()
     if cancelled or denied then
         l3.rollback(a, ctx.tg_cost, ctx.tg_source)
+        if flow > 0 then
+            l3.refund(a, flow, ctx.tg_source)
+        end
         reservation.undraw(a, var.uri, ctx.tg_covered)
         if ctx.tg_reserve > 0 then
             reservation.close(a, var.uri)
@@ -108,27 +134,43 @@ local function log_request(ctx)
     local actual = 0
     if ctx.tg_chunked then
         -- nginx sets $content_length to the de-chunked size once it has read the body
-        actual = calculator:bandwidth(tonumber(var.content_length) or 0, a.c_bw, ctx.tg_total)
+        local got = tonumber(var.content_length) or 0
+        actual = calculator:bandwidth(got, a.c_bw, ctx.tg_total)
+        if got > 0 then
+            bytes_in(a, got)
+        end
     elseif cost_mod.DOWNLOAD[op] then
         local sent = tonumber(var.body_bytes_sent) or 0
         actual = calculator:bandwidth(sent, a.c_bw, ctx.tg_total)
         cost_mod.observe_download(a, sent)
+        if sent > 0 then
+            bytes_out(a, sent)
+        end
     end
     -- a failed upload of a known length pays only for the body bytes that arrived
     local short = 0
     local head = ctx.tg_head
-    if head and status >= 400 then
-        local len = tonumber(var.content_length) or 0
-        local got = (tonumber(var.request_length) or 0) - head
-        if got < len then
-            short = ctx.tg_total - calculator:calculate(op, got > 0 and got or 0, a.c_bw)
+    if head then
+        -- the announced length (the header the access phase read; no variable read): the
+        -- backend answered, so the body was in
+        local len = tonumber(ctx.h["content-length"]) or 0
+        if status >= 400 then
+            len = tonumber(var.content_length) or 0
+            local got = (tonumber(var.request_length) or 0) - head
+            if got < len then
+                short = ctx.tg_total - calculator:calculate(op, got > 0 and got or 0, a.c_bw)
+                len = got > 0 and got or 0
+            end
+        end
+        if len > 0 then
+            bytes_in(a, len)
         end
     end
     -- settle: refund an estimate above what moved, charge what moved beyond it and the part of
     -- the price the admission deferred (local debt when the lease cannot cover it)
     local deferred = ctx.tg_deferred
-    if ctx.tg_estimate > 0 or actual > 0 or deferred > 0 or short > 0 then
-        reservation.settle(a, ctx.tg_estimate + short, actual + deferred, ctx.tg_source)
+    if ctx.tg_estimate > 0 or actual > 0 or deferred > 0 or short > 0 or flow > 0 then
+        reservation.settle(a, ctx.tg_estimate + flow + short, actual + deferred, ctx.tg_source)
     end
     actual = actual - short
     if (op == "CreateMultipartUpload" and ctx.tg_reserve > 0 and status >= 300)

@@ -34,6 +34,9 @@ _M.FIELDS = {
     -- identity: the request carries S3 credentials (refusals in S3's dialect), or named its app
     -- by the app header or a variable (refusals in JSON)
     "tg_s3", "tg_named",
+    -- pace (the body filter of downloads)
+    "tg_pace", "tg_paid", "tg_flow", "tg_pk", "tg_paced", "tg_p0", "tg_pt", "tg_pallow",
+    "tg_ptotal",
     -- connlimit
     "tg_conn", "tg_conn_rid", "tg_conn_e", "tg_conn_ip",
     -- breaker

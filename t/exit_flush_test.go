@@ -11,10 +11,11 @@ import (
 // exitFlushStack is one node with 2 workers whose periodic reports and idle-lease returns are
 // a minute away: whatever reaches L2 within the test comes from the exit flush. App "flush"
 // has room; app "debtor" has a burst smaller than one download's bandwidth, so the download
-// leaves local debt.
+// leaves local debt (charged after the response: pacing off, which would slow it instead).
 func exitFlushStack(t *testing.T) (*stack, *harness.Gateway) {
 	s := newStack(t, stackOptions{workers: 2, apps: []store.App{app("flush", 1000, 100000), app("debtor", 1, 100)},
-		env: map[string]string{"TOLLGATE_SYNC_INTERVAL": "60", "TOLLGATE_IDLE_RETURN": "60"}})
+		env: map[string]string{"TOLLGATE_SYNC_INTERVAL": "60", "TOLLGATE_IDLE_RETURN": "60",
+			"TOLLGATE_PACING": "off"}})
 	g := s.gw()
 	for i := 0; i < 20; i++ {
 		if r := g.Do("GET", "/bucket/obj?size=1000", "flush", nil, nil); r.Status != 200 {

@@ -350,7 +350,7 @@ func TestChunkedUploadChargedOnRealBytes(t *testing.T) {
 
 // Downloads pay their bandwidth after the response: ceil(bytes / 64 KiB) * C_bw.
 func TestDownloadBandwidthChargedAfterResponse(t *testing.T) {
-	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_SYNC_INTERVAL": "3600"}})
+	s := newStack(t, stackOptions{env: map[string]string{"TOLLGATE_SYNC_INTERVAL": "3600", "TOLLGATE_PACING": "off"}})
 	g := s.gw()
 	g.Do("GET", "/bucket/warm", "demo-p1", nil, nil)
 	eventually(t, "lease", func() bool { return g.State("demo-p1").Tokens > 500 })

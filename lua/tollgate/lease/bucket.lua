@@ -416,7 +416,7 @@ end
 function _M.pay(a, amount, source)
     local k = K(a.id)
     if source == "fail_open" then
-        local rate = conf.fail_open_rate
+        local rate = fail_open_budget(a, k)
         local sec_key = k.fail_open .. ":" .. floor(now())
         local v = dict:incr(sec_key, amount, 0, 2)
         if v and v <= rate then

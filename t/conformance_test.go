@@ -804,14 +804,19 @@ func confCases() []confCase {
 // longer differs fails the suite too, so that the entry goes with the fix.
 var confKnownDifferences = map[string]string{
 	// the backend answers 411 MissingContentLength as soon as it sees a chunked PUT without a
-	// length and closes the connection while nginx is still streaming the body to it: nginx
-	// reports the failed send as 502 instead of relaying the 411 (an upload the backend refuses
-	// before reading its body; docs/s3.md, "A backend that answers early")
+	// length and closes the connection while nginx is still streaming the body to it: when the
+	// close wins the race, nginx reports the failed send as 502 instead of relaying the 411 (an
+	// upload the backend refuses before reading its body; docs/s3.md, "A backend that answers
+	// early"). A race: confRacyDifferences lets it pass either way.
 	"streaming/plain chunked body, signed": "nginx turns an early answer to a streamed body into 502",
 	// the gateway counts a DeleteObjects body's keys before it charges the request, so it
 	// answers a malformed body itself, with S3's own MalformedXML (versitygw: InvalidRequest)
 	"delete-objects/malformed": "the gateway refuses malformed DeleteObjects XML as S3 does",
 }
+
+// confRacyDifferences are the known differences that depend on a race: they may or may not
+// differ in a run.
+var confRacyDifferences = map[string]bool{"streaming/plain chunked body, signed": true}
 
 // confSide is a versitygw, the base URL the suite talks to, and how to make a bucket there.
 type confSide struct {
@@ -896,7 +901,7 @@ func TestS3ConformanceThroughTheGatewayMatchesTheBackend(t *testing.T) {
 					strings.Join(unexpected, "\n"))
 			}
 			for key := range confKnownDifferences {
-				if strings.HasPrefix(key, cs.name+"/") && !seen[key] {
+				if strings.HasPrefix(key, cs.name+"/") && !seen[key] && !confRacyDifferences[key] {
 					t.Errorf("%s no longer differs through the gateway: remove it from confKnownDifferences", key)
 				}
 			}

@@ -30,9 +30,11 @@ func TestAuthFailureBudgetCountsTheForwardedClient(t *testing.T) {
 		code, reason := from("10.0.0.1")
 		got[http.StatusText(code)+" "+reason]++
 	}
-	if n := s.backendHits("attacker") - hits; n != 5 || got["Service Unavailable auth_failure_budget"] != 5 {
-		t.Fatalf("10 forgeries of 10.0.0.1 through a trusted proxy: %v, %d at the backend; want 5 refused by the "+
-			"backend, then 5 by the budget of that client", got, n)
+	// a failure is counted in the log phase, after its answer is sent: the next forgery can be
+	// in flight before it, so the budget of 5 may let a sixth through, never more
+	if n := s.backendHits("attacker") - hits; n < 5 || n > 6 || got["Service Unavailable auth_failure_budget"] != 10-int(n) {
+		t.Fatalf("10 forgeries of 10.0.0.1 through a trusted proxy: %v, %d at the backend; want 5 (or a sixth in "+
+			"flight) refused by the backend, then the rest by the budget of that client", got, n)
 	}
 	hits = s.backendHits("attacker")
 	if code, reason := from("10.0.0.2"); code != http.StatusForbidden || reason == "auth_failure_budget" ||

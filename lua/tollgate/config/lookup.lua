@@ -31,6 +31,10 @@ local fetch                                 -- function(hash, field) -> value, f
 local RATE = 1000
 local TTL = 5
 local NEGATIVE = 0                          -- the dict's value of an id Redis does not know
+-- a known id is remembered for as long as a node caches config (60 s; a change of the id forgets
+-- it at once): a spray of made-up ids that spends the second's lookups must not make a tenant the
+-- node already looked up wait for one again
+local KNOWN_TTL = 60
 
 --- Settings (tollgate.settings: lookup_rate, lookup_negative_ttl).
 function _M.configure(conf)
@@ -81,7 +85,7 @@ function _M.get(kind, hash, field)
     if ndict then
         -- for every worker of the node (evicts the oldest entries when full; a config change of
         -- the id forgets it: forget())
-        ndict:set(kind .. field, v or NEGATIVE, TTL)
+        ndict:set(kind .. field, v or NEGATIVE, v and KNOWN_TTL or TTL)
     end
     return v
 end

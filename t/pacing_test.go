@@ -111,6 +111,12 @@ func TestPacedDownloadIsSlowedNotCut(t *testing.T) {
 func TestPacingSharesTheRateAmongTransfers(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 2, apps: []store.App{pacedApp("paced4")}})
 	g := s.gw()
+	// the node holds a lease before the four start together (a first grant is in flight while
+	// they would otherwise race for it)
+	eventually(t, "a lease of paced4", func() bool {
+		g.Do("HEAD", "/bucket/warm", "paced4", nil, nil)
+		return g.State("paced4").Tokens >= 4
+	})
 	const size, streams = 1 << 20, 4
 	var wg sync.WaitGroup
 	start := time.Now()

@@ -1,44 +1,18 @@
 package api
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
+	"tollgate/internal/testutil"
 )
 
-// configCase is one entry of the config contract's corpus, testdata/config/ (testdata/README.md):
-// an app (the API's create body), a cluster (id, capacity, reserved_ratio; allocated: its apps
-// already guarantee that much) or connection limits (scope app or cluster), and for an invalid
-// one the field and reason every checker must give.
-type configCase struct {
-	Name      string         `json:"name"`
-	App       map[string]any `json:"app"`
-	Cluster   map[string]any `json:"cluster"`
-	Allocated int64          `json:"allocated"`
-	Scope     string         `json:"scope"`
-	Limits    map[string]any `json:"limits"`
-	Field     string         `json:"field"`
-	Reason    string         `json:"reason"`
-}
+// configCase is one entry of the config contract's corpus, testdata/config/.
+type configCase = testutil.ConfigCase
 
 func loadConfigCorpus(t *testing.T, name string) []configCase {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "config", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs []configCase
-	if err := json.Unmarshal(b, &cs); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	if len(cs) == 0 {
-		t.Fatalf("%s holds no case", name)
-	}
-	return cs
+	return testutil.LoadConfigCorpus(t, name)
 }
 
 // contractField is a violation's field relative to the object checked, as the corpus names it:

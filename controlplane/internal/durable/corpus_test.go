@@ -3,35 +3,16 @@ package durable
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
+	"tollgate/internal/testutil"
 )
 
-// configCase is one entry of testdata/config/ (testdata/README.md).
-type configCase struct {
-	Name      string         `json:"name"`
-	App       map[string]any `json:"app"`
-	Cluster   map[string]any `json:"cluster"`
-	Allocated int64          `json:"allocated"`
-	Scope     string         `json:"scope"`
-	Limits    map[string]any `json:"limits"`
-	Field     string         `json:"field"`
-	Reason    string         `json:"reason"`
-}
+// configCase is one entry of the config contract's corpus, testdata/config/.
+type configCase = testutil.ConfigCase
 
 func loadCorpus(t *testing.T, name string) []configCase {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "config", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs []configCase
-	if err := json.Unmarshal(b, &cs); err != nil || len(cs) == 0 {
-		t.Fatalf("%s: %v (%d cases)", name, err, len(cs))
-	}
-	return cs
+	return testutil.LoadConfigCorpus(t, name)
 }
 
 var fieldPrefix = regexp.MustCompile(`^(apps|clusters)\[[^\]]*\]\.(connections\.)?`)

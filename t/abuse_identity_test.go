@@ -511,14 +511,21 @@ func TestAbuseSprayedIDs(t *testing.T) {
 	}
 	victim := func(done chan<- [2]int, d time.Duration) {
 		sent, ok := 0, 0
+		refused := map[string]int{}
 		tick := time.NewTicker(time.Second / idVictimRate)
 		defer tick.Stop()
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			<-tick.C
 			sent++
-			if g.Do("HEAD", "/b/o", "victim", nil, nil).Status == 200 {
+			r := g.Do("HEAD", "/b/o", "victim", nil, nil)
+			if r.Status == 200 {
 				ok++
+			} else {
+				refused[fmt.Sprintf("%d %s", r.Status, r.Header.Get("X-Tollgate-Reason"))]++
 			}
+		}
+		if len(refused) > 0 {
+			t.Logf("victim refusals: %v", refused)
 		}
 		done <- [2]int{sent, ok}
 	}
@@ -556,6 +563,22 @@ func TestAbuseSprayedIDs(t *testing.T) {
 
 	// the victim is a tenant with steady traffic: the node has looked it up before the attack
 	eventually(t, "the victim served", func() bool { return g.Do("HEAD", "/b/o", "victim", nil, nil).Status == 200 })
+	// once per node: each worker's first request (new connections reach both) finds the id known
+	l0 := g.Metric("ratelimit_config_lookups_total")
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ { // concurrent new connections: both workers accept some
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				g.Do("HEAD", "/b/o", "victim", nil, map[string]string{"Connection": "close"})
+			}
+		}()
+	}
+	wg.Wait()
+	if n := g.Metric("ratelimit_config_lookups_total") - l0; n != 0 {
+		t.Errorf("the victim, known to the node, was looked up %v more times on new connections", n)
+	}
 
 	// 1. a spray of 300 made-up ids: bounded lookups, none admitted
 	done := make(chan [2]int, 1)
@@ -629,5 +652,20 @@ func TestAbuseSprayedIDs(t *testing.T) {
 		if strings.HasPrefix(id, "made-up-") {
 			t.Errorf("made-up id %s in the active set", id)
 		}
+	}
+
+	// a change of an id the node remembers as known reaches it at once, not after 60 s
+	off := app("victim", 20, 40)
+	off.Enabled = false
+	if _, err := s.store.PutApp(ctx, off); err != nil {
+		t.Fatal(err)
+	}
+	v1, err := s.store.ConfigVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitVersion(v1)
+	if r := g.Do("HEAD", "/b/o", "victim", nil, nil); r.Status == 200 {
+		t.Errorf("the victim disabled, config version %d on the node: still served", v1)
 	}
 }

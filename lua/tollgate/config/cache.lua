@@ -159,9 +159,11 @@ function _M.refresh()
     local v = get_generation()
     if v ~= nil and v ~= cache_version then
         local drop = changed_since(cache_version, v)
-        -- what the generation changed is no longer remembered as unknown
-        lookup.forget(drop and { ["a:"] = drop.app or {}, ["k:"] = drop.key or {},
-                                 ["b:"] = drop.bucket or {} })
+        -- what the generations changed is no longer remembered (known or unknown) by the node
+        lookup.sync(v, function(from)
+            local d = changed_since(from, v)
+            return d and { ["a:"] = d.app or {}, ["k:"] = d.key or {}, ["b:"] = d.bucket or {} }
+        end)
         if drop then
             for id in pairs(drop.app or {}) do
                 if cache[id] ~= nil then

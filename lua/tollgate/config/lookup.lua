@@ -84,27 +84,36 @@ function _M.get(kind, hash, field)
     cdict:incr("lookups", 1, 0)
     if ndict then
         -- for every worker of the node (evicts the oldest entries when full; a config change of
-        -- the id forgets it: forget())
+        -- the id forgets it: sync())
         ndict:set(kind .. field, v or NEGATIVE, v and KNOWN_TTL or TTL)
     end
     return v
 end
 
---- A new config generation: forget what is remembered as unknown of the ids it changed
---- (ids: { kind = { id = true } } with kinds "a:", "k:", "b:"), everything without a list.
-function _M.forget(ids)
+--- Bring what the node remembers to config generation `v`, once per node (not once per worker:
+--- a worker that starts or falls behind must not make the node forget, and look up again, ids
+--- another worker already brought up to date). changed(from) names the ids the generations after
+--- `from` changed ({ kind = { id = true } } with kinds "a:", "k:", "b:"), nil when anything may
+--- have: those are forgotten, everything when nil.
+function _M.sync(v, changed)
     if not ndict then
         return
     end
-    if not ids then
-        ndict:flush_all()
+    local from = ndict:get("gen")
+    if from == v then
         return
     end
-    for kind, t in pairs(ids) do
-        for id in pairs(t) do
-            ndict:delete(kind .. id)
+    local ids = from and changed(from)
+    if not ids then
+        ndict:flush_all()
+    else
+        for kind, t in pairs(ids) do
+            for id in pairs(t) do
+                ndict:delete(kind .. id)
+            end
         end
     end
+    ndict:set("gen", v)
 end
 
 return _M

@@ -60,17 +60,12 @@ func (s *server) addAccessKey(c *gin.Context) {
 		AccessKeyID     *string `json:"access_key_id"`
 		SecretAccessKey *string `json:"secret_access_key"`
 	}
-	w, read := s.readWrite(c, "id", &in)
+	w, read := s.readLiveWrite(c, &in)
 	if !read {
 		return
 	}
-	if w.dry {
-		s.fail(c, errNoDryRun())
-		return
-	}
 	if in.AccessKeyID == nil {
-		s.fail(c, &Error{Status: http.StatusBadRequest, Code: "missing_field",
-			Message: "access_key_id is required", Details: map[string]string{"field": "access_key_id"}})
+		s.fail(c, errMissing("access_key_id"))
 		return
 	}
 	if in.SecretAccessKey != nil { // checked before anything is written
@@ -109,12 +104,8 @@ func (s *server) addAccessKey(c *gin.Context) {
 
 // removeAccessKey: DELETE /apps/:id/access-keys/:key, 204.
 func (s *server) removeAccessKey(c *gin.Context) {
-	w, read := s.readWrite(c, "id", nil)
+	w, read := s.readLiveWrite(c, nil)
 	if !read {
-		return
-	}
-	if w.dry {
-		s.fail(c, errNoDryRun())
 		return
 	}
 	if _, err := s.opts.Changes.RemoveAccessKey(c.Request.Context(), w.actor, w.id, c.Param("key")); err != nil {
@@ -177,8 +168,7 @@ func (s *server) putBucket(c *gin.Context) {
 		err = s.decodeJSON(c, &in)
 	}
 	if err == nil && in.AppID == nil {
-		err = &Error{Status: http.StatusBadRequest, Code: "missing_field",
-			Message: "app_id is required", Details: map[string]string{"field": "app_id"}}
+		err = errMissing("app_id")
 	}
 	if err != nil {
 		s.fail(c, err)

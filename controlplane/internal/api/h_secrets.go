@@ -28,17 +28,12 @@ func (s *server) putAccessKeySecret(c *gin.Context) {
 	var in struct {
 		SecretAccessKey *string `json:"secret_access_key"`
 	}
-	w, read := s.readWrite(c, "id", &in)
+	w, read := s.readLiveWrite(c, &in)
 	if !read {
 		return
 	}
-	if w.dry {
-		s.fail(c, errNoDryRun())
-		return
-	}
 	if in.SecretAccessKey == nil {
-		s.fail(c, &Error{Status: http.StatusBadRequest, Code: "missing_field",
-			Message: "secret_access_key is required", Details: map[string]string{"field": "secret_access_key"}})
+		s.fail(c, errMissing("secret_access_key"))
 		return
 	}
 	if err := s.checkSecret(*in.SecretAccessKey); err != nil {
@@ -57,12 +52,8 @@ func (s *server) putAccessKeySecret(c *gin.Context) {
 // deleteAccessKeySecret: DELETE /apps/:id/access-keys/:key/secret, 204: the gateways stop
 // verifying the key's signatures (the backend still does).
 func (s *server) deleteAccessKeySecret(c *gin.Context) {
-	w, read := s.readWrite(c, "id", nil)
+	w, read := s.readLiveWrite(c, nil)
 	if !read {
-		return
-	}
-	if w.dry {
-		s.fail(c, errNoDryRun())
 		return
 	}
 	if _, err := s.opts.Changes.DeleteAccessKeySecret(c.Request.Context(), w.actor, w.id, c.Param("key")); err != nil {

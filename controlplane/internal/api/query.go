@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -68,6 +69,23 @@ func (s *server) readWrite(c *gin.Context, param string, body any) (change, bool
 	p, _ := principalOf(c)
 	w.actor = p.User
 	return w, true
+}
+
+// readLiveWrite is readWrite of the "id" parameter for a change that has no dry run
+// (?dry_run=true answers 400 invalid_query).
+func (s *server) readLiveWrite(c *gin.Context, body any) (change, bool) {
+	w, read := s.readWrite(c, "id", body)
+	if read && w.dry {
+		s.fail(c, errNoDryRun())
+		return w, false
+	}
+	return w, read
+}
+
+// errMissing is the 400 missing_field of a required body field.
+func errMissing(field string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: "missing_field",
+		Message: field + " is required", Details: map[string]string{"field": field}}
 }
 
 // queryTimeRange reads the optional since/until query parameters (Unix milliseconds, 0 when

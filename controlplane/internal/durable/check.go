@@ -6,7 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"tollgate/controlplane/internal/auth"
@@ -102,12 +103,7 @@ func check(d Document, cur *Document) []validate.Violation {
 			before[a.ClusterID] += a.GuaranteedQuota
 		}
 	}
-	ids := make([]string, 0, len(guaranteed))
-	for id := range guaranteed {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(guaranteed)) {
 		c, ok := clusters[id]
 		if !ok {
 			continue

@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -41,12 +42,7 @@ func Violations(d Document) []validate.Violation {
 		}
 		sum[a.ClusterID] += a.GuaranteedQuota
 	}
-	ids := make([]string, 0, len(sum))
-	for id := range sum {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(sum)) {
 		c, ok := clusters[id]
 		if !ok {
 			continue

@@ -25,8 +25,6 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	demo "tollgate/demo/s3"
-	"tollgate/internal/scripts"
-	"tollgate/internal/seed"
 	"tollgate/internal/store"
 	"tollgate/t/harness"
 )
@@ -74,22 +72,8 @@ func newAbuseStack(t *testing.T, o abuseOptions) *abuseStack {
 	if o.attacker.AppID == "" {
 		o.attacker = app(attackerTenant.app, 200, 400)
 	}
-	r, gwURL := gatewayRedis(t)
-	rdb := r.Client()
-	set, err := scripts.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(rdb, set)
-	ctx := context.Background()
-	if _, err := seed.Demo(ctx, st); err != nil {
-		t.Fatalf("seed: %v", err)
-	}
-	for _, a := range []store.App{o.victim, o.attacker} {
-		if _, err := st.PutApp(ctx, a); err != nil {
-			t.Fatalf("put app %s: %v", a.AppID, err)
-		}
-	}
+	base := seededStack(t, o.victim, o.attacker)
+	st, ctx := base.store, context.Background()
 	for _, tn := range []tenant{victimTenant, attackerTenant} {
 		if _, _, err := st.AddAccessKey(ctx, tn.app, tn.key); err != nil {
 			t.Fatalf("access key of %s: %v", tn.app, err)
@@ -98,8 +82,7 @@ func newAbuseStack(t *testing.T, o abuseOptions) *abuseStack {
 			t.Fatalf("bucket of %s: %v", tn.app, err)
 		}
 	}
-	s := &abuseStack{stack: &stack{t: t, redis: r, gwURL: gwURL, rdb: rdb, store: st, scripts: set},
-		hits: map[string]int64{}}
+	s := &abuseStack{stack: base, hits: map[string]int64{}}
 	s.backend = demo.New(demo.Options{Credentials: map[string]string{
 		victimTenant.key: victimTenant.secret, attackerTenant.key: attackerTenant.secret}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -120,7 +103,7 @@ func newAbuseStack(t *testing.T, o abuseOptions) *abuseStack {
 	for k, v := range o.env {
 		env[k] = v
 	}
-	s.g = harness.StartGateway(t, harness.GatewayOptions{RedisURL: gwURL, Backend: s.addr,
+	s.g = harness.StartGateway(t, harness.GatewayOptions{RedisURL: s.gwURL, Backend: s.addr,
 		Workers: o.workers, Env: env, NodeID: "node-1"})
 	s.gws = []*harness.Gateway{s.g}
 	for _, tn := range []tenant{victimTenant, attackerTenant} {

@@ -30,9 +30,6 @@ import (
 
 	demo "tollgate/demo/s3"
 	"tollgate/internal/keys"
-	"tollgate/internal/scripts"
-	"tollgate/internal/seed"
-	"tollgate/internal/store"
 	"tollgate/t/harness"
 )
 
@@ -53,23 +50,7 @@ type abuse struct {
 
 func newAbuse(t *testing.T, env map[string]string) *abuse {
 	t.Helper()
-	r, gwURL := gatewayRedis(t)
-	rdb := r.Client()
-	set, err := scripts.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(rdb, set)
-	ctx := context.Background()
-	if _, err := seed.Demo(ctx, st); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []store.App{app("victim", 20, 40), app("attacker", 1000, 2000)} {
-		if _, err := st.PutApp(ctx, a); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a := &abuse{stack: &stack{t: t, redis: r, gwURL: gwURL, rdb: rdb, store: st, scripts: set}}
+	a := &abuse{stack: seededStack(t, app("victim", 20, 40), app("attacker", 1000, 2000))}
 	a.backend = demo.New(demo.Options{Credentials: map[string]string{victimKey: victimSecret,
 		attackerKey: attackerSecret}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -83,10 +64,10 @@ func newAbuse(t *testing.T, env map[string]string) *abuse {
 		})}
 	go func() { _ = hs.Serve(l) }()
 	t.Cleanup(func() { _ = hs.Close() })
-	a.gws = []*harness.Gateway{harness.StartGateway(t, harness.GatewayOptions{RedisURL: gwURL,
+	a.gws = []*harness.Gateway{harness.StartGateway(t, harness.GatewayOptions{RedisURL: a.gwURL,
 		NodeID: "node-1", Backend: l.Addr().String(), Env: env})}
 	for app, key := range map[string]string{"victim": victimKey, "attacker": attackerKey} {
-		_, v, err := st.AddAccessKey(ctx, app, key)
+		_, v, err := a.store.AddAccessKey(context.Background(), app, key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,9 +68,14 @@ func TestEmergencyReachesEveryNodeAtOnce(t *testing.T) {
 	start := time.Now()
 	s.activateEmergency(30 * time.Second)
 	for _, g := range s.gws {
+		// polled with HEAD: a GET admitted just before the notice is paced to a stall (P3 in an
+		// emergency) and would hold the poll; a refused GET then carries the reason
 		harness.Eventually(t, 200*time.Millisecond, "P3 blocked on "+g.NodeID, func() bool {
-			return reasonOf(t, g.Do("GET", "/bucket/obj", "demo-p3", nil, nil)) == "emergency_blocked"
+			return g.Do("HEAD", "/bucket/obj", "demo-p3", nil, nil).Status == 429
 		})
+		if why := reasonOf(t, g.Do("GET", "/bucket/obj", "demo-p3", nil, nil)); why != "emergency_blocked" {
+			t.Fatalf("P3 on %s during the emergency: refused for %q", g.NodeID, why)
+		}
 	}
 	t.Logf("P3 blocked on both nodes %v after activation", time.Since(start))
 	r := s.gws[0].Do("HEAD", "/bucket/obj", "demo-p3", nil, nil)
@@ -101,8 +106,11 @@ func TestEmergencyExpiresAndPollCatchesMissedNotice(t *testing.T) {
 	g := s.gw()
 	s.activateEmergencyNoticeLost(2 * time.Second) // no notice: the poll must find it
 	eventually(t, "emergency found by the poll", func() bool {
-		return reasonOf(t, g.Do("GET", "/bucket/obj", "demo-p3", nil, nil)) == "emergency_blocked"
+		return g.Do("HEAD", "/bucket/obj", "demo-p3", nil, nil).Status == 429
 	})
+	if why := reasonOf(t, g.Do("GET", "/bucket/obj", "demo-p3", nil, nil)); why != "emergency_blocked" {
+		t.Fatalf("P3 during the emergency: refused for %q", why)
+	}
 	// nobody deactivates: the node lets it expire (the poll keeps seeing an expired until)
 	eventually(t, "emergency expired", func() bool {
 		return g.Do("HEAD", "/bucket/obj", "demo-p3", nil, nil).Status == 200

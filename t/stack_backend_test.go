@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -26,50 +24,21 @@ import (
 // files under the run directory, the README's unsigned X-App-Id requests reach the public demo
 // bucket, and the generated root key is in 0600 files, never on a command line.
 func TestStackScriptRunsVersityGW(t *testing.T) {
-	bin := harness.BinDir(t)
-	run := filepath.Join(t.TempDir(), "run")
-	addr := func() string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
-	gwAddr, metricsAddr, cpAddr := addr(), addr(), addr()
 	const key, secret = "AKIASTACKDEMO0000001", "stack-demo-secret-0000000000000000000001"
-	env := append(os.Environ(),
-		"TOLLGATE_GATEWAY_ADDR="+gwAddr, "TOLLGATE_METRICS_ADDR="+metricsAddr,
-		"TOLLGATE_CP_ADDR="+cpAddr, "TOLLGATE_REDIS_ADDR="+addr(),
-		"TOLLGATE_BACKEND_ADDR="+addr(), "TOLLGATE_PROMETHEUS_ADDR="+addr(),
-		"TOLLGATE_RUN_DIR="+run, "TOLLGATE_BIN_DIR="+bin, "TOLLGATE_WORKERS=1",
-		"TOLLGATE_ADMIN_PASSWORD="+adminPassword, "TOLLGATE_REDIS_URL=", "TOLLGATE_BACKEND=",
+	st := newScriptStack(t, "", "TOLLGATE_ADMIN_PASSWORD="+adminPassword, "TOLLGATE_BACKEND=",
 		"TOLLGATE_DEMO_CREDENTIALS="+key+":"+secret)
-	script := filepath.Join(harness.RepoRoot(), "scripts", "stack.sh")
-	stackSh := func(env []string, arg string) (string, error) {
-		cmd := exec.Command(script, arg)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	run, gwAddr := st.run, st.gw
 	// a backend the script does not know is refused, before anything starts
-	if out, err := stackSh(append(env, "TOLLGATE_BACKEND=minio"), "up"); err == nil ||
+	if out, err := st.sh("up", "TOLLGATE_BACKEND=minio"); err == nil ||
 		!strings.Contains(out, "TOLLGATE_BACKEND must be versitygw or demo") {
 		t.Fatalf("stack.sh up with TOLLGATE_BACKEND=minio: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { _, _ = stackSh(env, "down") })
-	if out, err := stackSh(env, "up"); err != nil {
-		t.Fatalf("stack.sh up: %v\n%s\nlogs:\n%s", err, out, logsOf(run))
-	} else if !regexp.MustCompile(`storage backend http://\S+ +\(versitygw; root key in `).MatchString(out) {
+	if out := st.up(); !regexp.MustCompile(`storage backend http://\S+ +\(versitygw; root key in `).MatchString(out) {
 		t.Fatalf("stack.sh up does not name versitygw as the backend:\n%s", out)
 	}
-
-	api := &adminAPI{t: t, url: "http://" + cpAddr}
-	var login struct {
-		Data struct {
-			AccessToken string `json:"access_token"`
-		} `json:"data"`
-	}
-	if code := api.do("POST", "/api/v1/auth/login", map[string]string{"username": "admin", "password": adminPassword},
-		&login); code != 200 {
-		t.Fatalf("login: %d", code)
-	}
-	api.token = login.Data.AccessToken
+	api := st.admin(adminPassword)
 	ver := api.change("POST", "/api/v1/apps/demo-p1/access-keys", map[string]string{"access_key_id": key})
-	gw := harness.Running(t, "http://"+gwAddr, "http://"+metricsAddr)
+	gw := harness.Running(t, "http://"+gwAddr, "http://"+st.metrics)
 	eventually(t, "the gateway at the key's config version", func() bool {
 		var h health
 		r := gw.Monitor("/health")

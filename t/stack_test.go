@@ -68,7 +68,9 @@ func gatewayRedis(t *testing.T) (*testutil.Redis, string) {
 	return r, "redis://tollgate-gateway:" + gatewayRedisPassword + "@" + r.Addr() + "/0"
 }
 
-func newStack(t *testing.T, o stackOptions) *stack {
+// seededStack is a stack without gateways: the gateway's Redis with the demo config seeded and
+// `apps` put (in the "default" cluster unless they name one).
+func seededStack(t *testing.T, apps ...store.App) *stack {
 	t.Helper()
 	r, gwURL := gatewayRedis(t)
 	rdb := r.Client()
@@ -81,7 +83,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if _, err := seed.Demo(ctx, st); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
-	for _, a := range o.apps {
+	for _, a := range apps {
 		if a.ClusterID == "" {
 			a.ClusterID = "default"
 		}
@@ -89,7 +91,13 @@ func newStack(t *testing.T, o stackOptions) *stack {
 			t.Fatalf("put app %s: %v", a.AppID, err)
 		}
 	}
-	s := &stack{t: t, redis: r, gwURL: gwURL, rdb: rdb, store: st, scripts: set}
+	return &stack{t: t, redis: r, gwURL: gwURL, rdb: rdb, store: st, scripts: set}
+}
+
+func newStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	s := seededStack(t, o.apps...)
+	gwURL := s.gwURL
 	if o.nodes == 0 {
 		o.nodes = 1
 	}

@@ -7,12 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-
-	"tollgate/t/harness"
 )
 
 // `scripts/stack.sh up` (what `make up` runs) as root, with its run directory where nginx's
@@ -24,45 +20,12 @@ func TestStackScriptMovesRealObjects(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("runs the stack as root (the suites run as root)")
 	}
-	bin := harness.BinDir(t)
-	run := filepath.Join(t.TempDir(), "run") // t.TempDir() is 0700: out of nobody's reach
-	addr := func() string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
-	gwAddr, cpAddr := addr(), addr()
 	const key, secret = "AKIASTACKOBJECTS0001", "stack-objects-secret-0000000000000001"
-	env := append(os.Environ(),
-		"TOLLGATE_GATEWAY_ADDR="+gwAddr, "TOLLGATE_METRICS_ADDR="+addr(),
-		"TOLLGATE_CP_ADDR="+cpAddr, "TOLLGATE_REDIS_ADDR="+addr(),
-		"TOLLGATE_BACKEND_ADDR="+addr(), "TOLLGATE_BACKEND_ADMIN_ADDR="+addr(), "TOLLGATE_PROMETHEUS_ADDR="+addr(),
-		"TOLLGATE_RUN_DIR="+run, "TOLLGATE_BIN_DIR="+bin, "TOLLGATE_WORKERS=1",
-		"TOLLGATE_NODE_ID=gw-objects-test", "TOLLGATE_ADMIN_PASSWORD=", "TOLLGATE_REDIS_URL=",
+	st := newScriptStack(t, filepath.Join(t.TempDir(), "run"), // t.TempDir() is 0700: out of nobody's reach
+		"TOLLGATE_NODE_ID=gw-objects-test", "TOLLGATE_ADMIN_PASSWORD=",
 		"TOLLGATE_DEMO_CREDENTIALS="+key+":"+secret, "TOLLGATE_DEMO_MAX_OBJECT_SIZE=134217728", "PATH=/usr/bin:/bin:/usr/sbin:/sbin")
-	script := filepath.Join(harness.RepoRoot(), "scripts", "stack.sh")
-	stackSh := func(arg string) string {
-		cmd := exec.Command(script, arg)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("stack.sh %s: %v\n%s\nlogs:\n%s", arg, err, out, logsOf(run))
-		}
-		return string(out)
-	}
-	t.Cleanup(func() { stackSh("down") })
-	out := stackSh("up")
-	m := regexp.MustCompile(`created the admin user "admin" with the password\s+(\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("stack.sh up did not show a generated admin password:\n%s", out)
-	}
-	api := &adminAPI{t: t, url: "http://" + cpAddr}
-	var login struct {
-		Data struct {
-			AccessToken string `json:"access_token"`
-		} `json:"data"`
-	}
-	if code := api.do("POST", "/api/v1/auth/login", map[string]string{"username": "admin", "password": m[1]},
-		&login); code != 200 {
-		t.Fatalf("login: %d", code)
-	}
-	api.token = login.Data.AccessToken
+	run, gwAddr := st.run, st.gw
+	api := st.admin(st.shownAdminPassword(st.up()))
 	api.change("POST", "/api/v1/apps/demo-p1/access-keys", map[string]string{"access_key_id": key})
 
 	dir := t.TempDir()

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -27,46 +26,13 @@ import (
 // empty) which cannot reach the control plane's keys, no password is on a command line, and
 // the gateway's /metrics is on its own listener.
 func TestStackScriptKeepsSecrets(t *testing.T) {
-	bin := harness.BinDir(t)
-	run := filepath.Join(t.TempDir(), "run")
-	addr := func() string { return "127.0.0.1:" + strconv.Itoa(harness.FreePort(t)) }
-	gwAddr, metricsAddr, cpAddr, redisAddr := addr(), addr(), addr(), addr()
-	env := append(os.Environ(),
-		"TOLLGATE_GATEWAY_ADDR="+gwAddr, "TOLLGATE_METRICS_ADDR="+metricsAddr,
-		"TOLLGATE_CP_ADDR="+cpAddr, "TOLLGATE_REDIS_ADDR="+redisAddr,
-		"TOLLGATE_BACKEND_ADDR="+addr(), "TOLLGATE_PROMETHEUS_ADDR="+addr(),
-		"TOLLGATE_RUN_DIR="+run, "TOLLGATE_BIN_DIR="+bin, "TOLLGATE_WORKERS=1",
-		"TOLLGATE_NODE_ID=gw-stack-test", "TOLLGATE_ADMIN_PASSWORD=", "TOLLGATE_REDIS_URL=")
-	script := filepath.Join(harness.RepoRoot(), "scripts", "stack.sh")
-	stackSh := func(arg string) string {
-		cmd := exec.Command(script, arg)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("stack.sh %s: %v\n%s\nlogs:\n%s", arg, err, out, logsOf(run))
-		}
-		return string(out)
-	}
-	t.Cleanup(func() { stackSh("down") })
-	out := stackSh("up")
+	st := newScriptStack(t, "", "TOLLGATE_NODE_ID=gw-stack-test", "TOLLGATE_ADMIN_PASSWORD=")
+	run, gwAddr, redisAddr := st.run, st.gw, st.redis
+	out := st.up()
 
 	// the generated admin password: on the terminal, and it signs in
-	m := regexp.MustCompile(`created the admin user "admin" with the password\s+(\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("stack.sh up did not show a generated admin password:\n%s", out)
-	}
-	adminPw := m[1]
-	api := &adminAPI{t: t, url: "http://" + cpAddr}
-	var login struct {
-		Data struct {
-			AccessToken string `json:"access_token"`
-		} `json:"data"`
-	}
-	if code := api.do("POST", "/api/v1/auth/login", map[string]string{"username": "admin", "password": adminPw},
-		&login); code != 200 {
-		t.Fatalf("login with the shown password: %d", code)
-	}
-	api.token = login.Data.AccessToken
+	adminPw := st.shownAdminPassword(out)
+	api := st.admin(adminPw)
 
 	readSecret := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(run, "redis", name))
@@ -105,7 +71,7 @@ func TestStackScriptKeepsSecrets(t *testing.T) {
 	ver := api.change("POST", "/api/v1/rules", map[string]any{"id": "stack-global", "scope": "app",
 		"algorithm": "fixed_window", "limit": 3, "window_seconds": 60, "distribution": "global",
 		"match": map[string]any{"app_ids": []string{"demo-p2"}}})
-	gw := harness.Running(t, "http://"+gwAddr, "http://"+metricsAddr)
+	gw := harness.Running(t, "http://"+gwAddr, "http://"+st.metrics)
 	eventually(t, "the gateway on the rule's config version", func() bool {
 		var h health
 		return json.Unmarshal(gw.Monitor("/health").Body, &h) == nil && h.ConfigVersion >= ver

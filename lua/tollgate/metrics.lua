@@ -405,11 +405,25 @@ function _M.render(gauges)
 end
 
 --- Cumulative totals of this node since it started: requests, blocked, {app = {requests,
--- blocked}} (apps only, not the "_invalid"/"_unknown"/"_unconfigured" labels).
+-- blocked, bytes_in, bytes_out}} (apps only, not the "_invalid"/"_unknown"/"_unconfigured"
+-- labels). The bytes are the app's ratelimit_bytes_total series as flushed (read, never
+-- written here: the request path's count is the metric's own); 0 is left out of the report.
 -- The apps with node totals, known to the reporting worker: listed from the dict once per worker
 -- start (a worker started by a reload finds the totals of its predecessors), then learnt from the
 -- queue the flushes fill — no walk of the dict on the report's timer.
 local node_apps
+local bytes_series = {}   -- app -> {in series, out series} (built once per app and worker)
+
+local function bytes_of(app)
+    local ks = bytes_series[app]
+    if not ks then
+        ks = { 'ratelimit_bytes_total{app_id="' .. app .. '",direction="in"}',
+               'ratelimit_bytes_total{app_id="' .. app .. '",direction="out"}' }
+        bytes_series[app] = ks
+    end
+    local bin, bout = mdict:get(ks[1]), mdict:get(ks[2])
+    return bin ~= 0 and bin or nil, bout ~= 0 and bout or nil
+end
 
 function _M.node_totals()
     if not node_apps then
@@ -433,9 +447,12 @@ function _M.node_totals()
     for app in pairs(node_apps) do
         local n = mdict:get(NODE_REQ .. app)
         if n then
-            apps[app] = { requests = n, blocked = mdict:get(NODE_BLK .. app) or 0 }
+            local bin, bout = bytes_of(app)
+            apps[app] = { requests = n, blocked = mdict:get(NODE_BLK .. app) or 0,
+                          bytes_in = bin, bytes_out = bout }
         else
             node_apps[app] = nil    -- the dict evicted it (a full zone): pushed again if it returns
+            bytes_series[app] = nil
         end
     end
     return mdict:get(NODE_REQ) or 0, mdict:get(NODE_BLK) or 0, apps

@@ -1,0 +1,163 @@
+package t
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tollgate/internal/store"
+	"tollgate/t/harness"
+)
+
+// Bandwidth in the control plane (docs/operations.md "Bandwidth in the console and the API"):
+// the bytes an app moves through two gateways reach the API as bytes/s while they move, and
+// the last hour's bytes are every byte the gateways counted, in each direction.
+//
+// Mutations that made this test fail: the node report without the byte counts (metrics.
+// node_totals leaving out bytes_in/bytes_out: no live figure, the hour's bytes 0); the live
+// figure taken from the cumulative counters instead of their growth (it never went back to 0).
+func TestBandwidthReachesTheAPI(t *testing.T) {
+	s := newStack(t, stackOptions{nodes: 2, workers: 2, apps: []store.App{app("bw", 2000, 20000)},
+		env: map[string]string{"TOLLGATE_REPORT_INTERVAL": "1"}})
+	cp := harness.StartControlPlane(t, s.redis.URL(), map[string]string{
+		"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false", "TOLLGATE_LIVE_INTERVAL": "500ms"})
+	api := loginAdmin(t, cp)
+	// both nodes known to the control plane before the traffic: their first reports are the
+	// baselines, so every byte after them counts
+	var nodes struct {
+		Data []struct {
+			NodeID string `json:"node_id"`
+		} `json:"data"`
+	}
+	harness.Eventually(t, 15*time.Second, "both gateways in /api/v1/nodes", func() bool {
+		api.do("GET", "/api/v1/nodes", nil, &nodes)
+		return len(nodes.Data) == 2
+	})
+	type appView struct {
+		Data struct {
+			App struct {
+				In  float64 `json:"bytes_in_rate"`
+				Out float64 `json:"bytes_out_rate"`
+			} `json:"app"`
+			In1h     int64 `json:"bytes_in_1h"`
+			Out1h    int64 `json:"bytes_out_1h"`
+			InSeries []struct {
+				Value float64 `json:"value"`
+			} `json:"bytes_in_rate"`
+			OutSeries []struct {
+				Value float64 `json:"value"`
+			} `json:"bytes_out_rate"`
+		} `json:"data"`
+	}
+	view := func() appView {
+		var v appView
+		if code := api.do("GET", "/api/v1/metrics/apps/bw", nil, &v); code != 200 {
+			t.Fatalf("GET /api/v1/metrics/apps/bw: %d", code)
+		}
+		return v
+	}
+
+	// known transfers on both nodes: 3 uploads of 1 MiB and one of 512 KiB, downloads of
+	// 2 MiB, 2 MiB and 1 MiB (the test backend's answer is chunked: the framing counts, as in
+	// $body_bytes_sent)
+	const mib = 1 << 20
+	put := func(g *harness.Gateway, name string, n int) {
+		if r := g.Do("PUT", "/b/"+name, "bw", strings.NewReader(strings.Repeat("u", n)), nil); r.Status != 200 {
+			t.Fatalf("PUT %s: %d %s", name, r.Status, r.Body)
+		}
+	}
+	get := func(g *harness.Gateway, n int) {
+		if r := g.Do("GET", "/b/x?size="+strconv.Itoa(n), "bw", nil, nil); r.Status != 200 || len(r.Body) != n {
+			t.Fatalf("GET %d bytes: %d, %d bytes", n, r.Status, len(r.Body))
+		}
+	}
+	g1, g2 := s.gws[0], s.gws[1]
+	put(g1, "a", mib)
+	put(g1, "b", mib)
+	put(g2, "c", mib)
+	put(g2, "d", mib/2)
+	get(g1, 2*mib)
+	get(g2, 2*mib)
+	get(g1, mib)
+
+	// while a transfer runs on each node the API's live figures are above 0 in both directions
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for i, g := range s.gws {
+		wg.Add(1)
+		go func(i int, g *harness.Gateway) {
+			defer wg.Done()
+			for j := 0; !stop.Load(); j++ {
+				put(g, fmt.Sprintf("live-%d-%d", i, j%4), 64<<10)
+				get(g, 64<<10)
+			}
+		}(i, g)
+	}
+	var live appView
+	harness.Eventually(t, 15*time.Second, "bytes/s in and out above 0 in the API while traffic flows", func() bool {
+		live = view()
+		return live.Data.App.In > 0 && live.Data.App.Out > 0
+	})
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("live while transfers ran: %.0f B/s in, %.0f B/s out", live.Data.App.In, live.Data.App.Out)
+
+	// the last hour's bytes are every byte the two gateways counted
+	var in, out float64
+	for _, g := range s.gws {
+		g.SettleMetrics()
+		in += g.Metric(`ratelimit_bytes_total{app_id="bw",direction="in"}`)
+		out += g.Metric(`ratelimit_bytes_total{app_id="bw",direction="out"}`)
+	}
+	if in < 3.5*mib || out < 5*mib {
+		t.Fatalf("the gateways counted %.0f in, %.0f out", in, out)
+	}
+	var v appView
+	eventually(t, "the last hour's bytes equal to the gateways' counts, live figures back to 0", func() bool {
+		v = view()
+		return float64(v.Data.In1h) == in && float64(v.Data.Out1h) == out && v.Data.App.In == 0 && v.Data.App.Out == 0
+	}, func() { t.Logf("API: %d in, %d out 1h, live %+v; gateways: %.0f in, %.0f out", v.Data.In1h, v.Data.Out1h, v.Data.App, in, out) })
+	// the history's series carry the same bytes: a point above 0 in each direction
+	peak := func(ps []struct {
+		Value float64 `json:"value"`
+	}) (m float64) {
+		for _, p := range ps {
+			m = max(m, p.Value)
+		}
+		return m
+	}
+	if peak(v.Data.InSeries) <= 0 || peak(v.Data.OutSeries) <= 0 {
+		t.Fatalf("history series without bandwidth: in %v, out %v", v.Data.InSeries, v.Data.OutSeries)
+	}
+	// the dashboard's top apps and totals agree
+	var d struct {
+		Data struct {
+			Overview struct {
+				In  int64 `json:"total_bytes_in_1h"`
+				Out int64 `json:"total_bytes_out_1h"`
+			} `json:"overview"`
+			TopApps []struct {
+				AppID string `json:"app_id"`
+				In1h  int64  `json:"bytes_in_1h"`
+				Out1h int64  `json:"bytes_out_1h"`
+			} `json:"top_apps"`
+		} `json:"data"`
+	}
+	api.do("GET", "/api/v1/metrics", nil, &d)
+	if float64(d.Data.Overview.In) != in || float64(d.Data.Overview.Out) != out {
+		t.Fatalf("dashboard totals %+v, want %.0f in, %.0f out", d.Data.Overview, in, out)
+	}
+	found := false
+	for _, a := range d.Data.TopApps {
+		if a.AppID == "bw" {
+			found = float64(a.In1h) == in && float64(a.Out1h) == out
+		}
+	}
+	if !found {
+		t.Fatalf("top apps %+v: bw with %.0f in, %.0f out", d.Data.TopApps, in, out)
+	}
+}

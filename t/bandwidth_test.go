@@ -161,3 +161,69 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 		t.Fatalf("top apps %+v: bw with %.0f in, %.0f out", d.Data.TopApps, in, out)
 	}
 }
+
+// A paced download's bytes count as they leave: while it runs at its app's share (1 MiB/s),
+// the API's live figure shows about that share, before the transfer is over (mutation that
+// made it fail: the body filter not counting the bytes it lets out — the figure stayed 0 until
+// the end, then showed the whole body at once).
+func TestBandwidthOfAPacedDownloadShowsWhileItRuns(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("pacedbw")},
+		env: map[string]string{"TOLLGATE_REPORT_INTERVAL": "1"}})
+	g := s.gw()
+	cp := harness.StartControlPlane(t, s.redis.URL(), map[string]string{
+		"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false", "TOLLGATE_LIVE_INTERVAL": "500ms"})
+	api := loginAdmin(t, cp)
+	var nodes struct {
+		Data []struct {
+			NodeID string `json:"node_id"`
+		} `json:"data"`
+	}
+	harness.Eventually(t, 15*time.Second, "the gateway in /api/v1/nodes", func() bool {
+		api.do("GET", "/api/v1/nodes", nil, &nodes)
+		return len(nodes.Data) == 1
+	})
+	const size = 8 << 20 // the 1 MiB burst at once, then about 7 s at 1 MiB/s
+	var done atomic.Bool
+	result := make(chan error, 1)
+	go func() {
+		status, n, _, err := fetch(g.URL, "pacedbw", size, "")
+		if err == nil && (status != 200 || n != size) {
+			err = fmt.Errorf("status %d, %d of %d bytes", status, n, size)
+		}
+		done.Store(true)
+		result <- err
+	}()
+	var rates []float64
+	for !done.Load() {
+		var v struct {
+			Data struct {
+				App struct {
+					Out float64 `json:"bytes_out_rate"`
+				} `json:"app"`
+			} `json:"data"`
+		}
+		if code := api.do("GET", "/api/v1/metrics/apps/pacedbw", nil, &v); code == 200 && !done.Load() {
+			rates = append(rates, v.Data.App.Out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err := <-result; err != nil {
+		t.Fatal(err)
+	}
+	var peak float64
+	seen := 0
+	for _, r := range rates {
+		peak = max(peak, r)
+		if r > 0 {
+			seen++
+		}
+	}
+	t.Logf("live bytes/s out while the paced download ran (shared machine): %.0f", rates)
+	if seen < 2 {
+		t.Fatalf("the live figure was above 0 in %d of %d reads while the download ran: its bytes did not count as they left", seen, len(rates))
+	}
+	// about the share, never the loopback's speed (the burst's MiB may fall in one report)
+	if peak > 3*paceRate {
+		t.Fatalf("live figure %.0f B/s above 3x the app's share of %d B/s", peak, paceRate)
+	}
+}

@@ -120,7 +120,9 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 	eventually(t, "the last hour's bytes equal to the gateways' counts, live figures back to 0", func() bool {
 		v = view()
 		return float64(v.Data.In1h) == in && float64(v.Data.Out1h) == out && v.Data.App.In == 0 && v.Data.App.Out == 0
-	}, func() { t.Logf("API: %d in, %d out 1h, live %+v; gateways: %.0f in, %.0f out", v.Data.In1h, v.Data.Out1h, v.Data.App, in, out) })
+	}, func() {
+		t.Logf("API: %d in, %d out 1h, live %+v; gateways: %.0f in, %.0f out", v.Data.In1h, v.Data.Out1h, v.Data.App, in, out)
+	})
 	// the history's series carry the same bytes: a point above 0 in each direction
 	peak := func(ps []struct {
 		Value float64 `json:"value"`

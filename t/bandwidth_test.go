@@ -2,6 +2,8 @@ package t
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +104,14 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 		live = view()
 		return live.Data.App.In > 0 && live.Data.App.Out > 0
 	})
+	// and so does the control plane's Prometheus view, by direction
+	prom := cpMetrics(t, api)
+	for _, dir := range []string{"in", "out"} {
+		series := `tollgate_app_bytes_rate{app_id="bw",cluster_id="default",direction="` + dir + `"} `
+		if !strings.Contains(prom, "\n"+series) {
+			t.Errorf("the control plane's /metrics has no %s", series)
+		}
+	}
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("live while transfers ran: %.0f B/s in, %.0f B/s out", live.Data.App.In, live.Data.App.Out)
@@ -228,4 +238,24 @@ func TestBandwidthOfAPacedDownloadShowsWhileItRuns(t *testing.T) {
 	if peak > 3*paceRate {
 		t.Fatalf("live figure %.0f B/s above 3x the app's share of %d B/s", peak, paceRate)
 	}
+}
+
+// cpMetrics is the control plane's /metrics as the signed-in admin reads it.
+func cpMetrics(t *testing.T, api *adminAPI) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", api.url+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+api.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("control plane /metrics: %d %s", resp.StatusCode, b)
+	}
+	return string(b)
 }

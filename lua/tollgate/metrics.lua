@@ -227,6 +227,16 @@ function _M.inc(series, n)
     other[series] = (other[series] or 0) + (n or 1)
 end
 
+local flowing = {}       -- apps whose bytes counted in flight since the last flush
+
+--- Count n bytes of app `id` under `series` (its ratelimit_bytes_total) while its request is
+-- still running: the node totals list the app from the next flush on, although none of its
+-- requests has ended yet (a first download that runs for minutes).
+function _M.flow(series, id, n)
+    other[series] = (other[series] or 0) + n
+    flowing[id] = true
+end
+
 local function add(key, n)
     if n ~= 0 then
         mdict:incr(key, n, 0)
@@ -275,6 +285,12 @@ function _M.flush()
         add(NODE_REQ .. app, n_app)
         add(NODE_BLK .. app, blk)
         total, blk_total = total + n_app, blk_total + blk
+    end
+    for app in pairs(flowing) do              -- bytes of requests not yet logged
+        if mdict:add(NODE_REQ .. app, 0) and not NOT_APPS[app] then
+            mdict:rpush(NODE_APPS, app)
+        end
+        flowing[app] = nil
     end
     for app, n in pairs(extra_blocked) do     -- refusals whose request is not yet logged
         add(NODE_BLK .. app, n)

@@ -187,7 +187,7 @@ function _M.run()
             series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="out"}'
             a.tg_m_out = series
         end
-        metrics.inc(series, sent - (ctx.tg_bcount or 0))
+        metrics.flow(series, a.id, sent - (ctx.tg_bcount or 0))
         ctx.tg_bcount = sent
     end
     local need = ceil(sent / QUANTUM) * unit

@@ -35,7 +35,7 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 			NodeID string `json:"node_id"`
 		} `json:"data"`
 	}
-	harness.Eventually(t, 15*time.Second, "both gateways in /api/v1/nodes", func() bool {
+	apiPoll(t, 15*time.Second, "both gateways in /api/v1/nodes", func() bool {
 		api.do("GET", "/api/v1/nodes", nil, &nodes)
 		return len(nodes.Data) == 2
 	})
@@ -67,21 +67,42 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 	// 2 MiB, 2 MiB and 1 MiB (the test backend's answer is chunked: the framing counts, as in
 	// $body_bytes_sent)
 	const mib = 1 << 20
-	put := func(g *harness.Gateway, name string, n int) {
-		if r := g.Do("PUT", "/b/"+name, "bw", strings.NewReader(strings.Repeat("u", n)), nil); r.Status != 200 {
-			t.Fatalf("PUT %s: %d %s", name, r.Status, r.Body)
+	// transfer moves n bytes up (PUT) or down (GET) through gateway g (safe in any goroutine)
+	transfer := func(g *harness.Gateway, method string, n int) error {
+		req, err := http.NewRequest(method, g.URL+"/b/x?size="+strconv.Itoa(n), nil)
+		if method == "PUT" {
+			req, err = http.NewRequest(method, g.URL+"/b/up", strings.NewReader(strings.Repeat("u", n)))
+		}
+		if err != nil {
+			return err
+		}
+		req.Header.Set("X-App-Id", "bw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		got, err := io.Copy(io.Discard, resp.Body)
+		if err != nil || resp.StatusCode != 200 || (method == "GET" && got != int64(n)) {
+			return fmt.Errorf("%s of %d bytes: %d, %d bytes back, %v", method, n, resp.StatusCode, got, err)
+		}
+		return nil
+	}
+	put := func(g *harness.Gateway, n int) {
+		if err := transfer(g, "PUT", n); err != nil {
+			t.Fatal(err)
 		}
 	}
 	get := func(g *harness.Gateway, n int) {
-		if r := g.Do("GET", "/b/x?size="+strconv.Itoa(n), "bw", nil, nil); r.Status != 200 || len(r.Body) != n {
-			t.Fatalf("GET %d bytes: %d, %d bytes", n, r.Status, len(r.Body))
+		if err := transfer(g, "GET", n); err != nil {
+			t.Fatal(err)
 		}
 	}
 	g1, g2 := s.gws[0], s.gws[1]
-	put(g1, "a", mib)
-	put(g1, "b", mib)
-	put(g2, "c", mib)
-	put(g2, "d", mib/2)
+	put(g1, mib)
+	put(g1, mib)
+	put(g2, mib)
+	put(g2, mib/2)
 	get(g1, 2*mib)
 	get(g2, 2*mib)
 	get(g1, mib)
@@ -89,18 +110,23 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 	// while a transfer runs on each node the API's live figures are above 0 in both directions
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for i, g := range s.gws {
+	failed := make(chan error, len(s.gws))
+	for _, g := range s.gws {
 		wg.Add(1)
-		go func(i int, g *harness.Gateway) {
+		go func(g *harness.Gateway) {
 			defer wg.Done()
-			for j := 0; !stop.Load(); j++ {
-				put(g, fmt.Sprintf("live-%d-%d", i, j%4), 64<<10)
-				get(g, 64<<10)
+			for !stop.Load() {
+				for _, m := range []string{"PUT", "GET"} {
+					if err := transfer(g, m, 64<<10); err != nil {
+						failed <- err
+						return
+					}
+				}
 			}
-		}(i, g)
+		}(g)
 	}
 	var live appView
-	harness.Eventually(t, 15*time.Second, "bytes/s in and out above 0 in the API while traffic flows", func() bool {
+	apiPoll(t, 15*time.Second, "bytes/s in and out above 0 in the API while traffic flows", func() bool {
 		live = view()
 		return live.Data.App.In > 0 && live.Data.App.Out > 0
 	})
@@ -114,6 +140,10 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
 	t.Logf("live while transfers ran: %.0f B/s in, %.0f B/s out", live.Data.App.In, live.Data.App.Out)
 
 	// the last hour's bytes are every byte the two gateways counted
@@ -127,12 +157,14 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 		t.Fatalf("the gateways counted %.0f in, %.0f out", in, out)
 	}
 	var v appView
-	eventually(t, "the last hour's bytes equal to the gateways' counts, live figures back to 0", func() bool {
+	ok := poll(15*time.Second, func() bool {
 		v = view()
 		return float64(v.Data.In1h) == in && float64(v.Data.Out1h) == out && v.Data.App.In == 0 && v.Data.App.Out == 0
-	}, func() {
-		t.Logf("API: %d in, %d out 1h, live %+v; gateways: %.0f in, %.0f out", v.Data.In1h, v.Data.Out1h, v.Data.App, in, out)
 	})
+	if !ok {
+		t.Fatalf("the API's last hour: %d in, %d out, live %+v; the gateways counted %.0f in, %.0f out (want the same, live 0)",
+			v.Data.In1h, v.Data.Out1h, v.Data.App, in, out)
+	}
 	// the history's series carry the same bytes: a point above 0 in each direction
 	peak := func(ps []struct {
 		Value float64 `json:"value"`
@@ -190,7 +222,7 @@ func TestBandwidthOfAPacedDownloadShowsWhileItRuns(t *testing.T) {
 			NodeID string `json:"node_id"`
 		} `json:"data"`
 	}
-	harness.Eventually(t, 15*time.Second, "the gateway in /api/v1/nodes", func() bool {
+	apiPoll(t, 15*time.Second, "the gateway in /api/v1/nodes", func() bool {
 		api.do("GET", "/api/v1/nodes", nil, &nodes)
 		return len(nodes.Data) == 1
 	})
@@ -258,4 +290,23 @@ func cpMetrics(t *testing.T, api *adminAPI) string {
 		t.Fatalf("control plane /metrics: %d %s", resp.StatusCode, b)
 	}
 	return string(b)
+}
+
+// poll calls cond every 200 ms (the API's per-user rate limit allows that) until it holds or
+// timeout passes, and says whether it held.
+func poll(timeout time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// apiPoll is poll that fails the test when cond never holds.
+func apiPoll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
 }

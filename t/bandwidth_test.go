@@ -35,7 +35,7 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 			NodeID string `json:"node_id"`
 		} `json:"data"`
 	}
-	apiPoll(t, 15*time.Second, "both gateways in /api/v1/nodes", func() bool {
+	eventuallyAPI(t, 15*time.Second, "both gateways in /api/v1/nodes", func() bool {
 		api.do("GET", "/api/v1/nodes", nil, &nodes)
 		return len(nodes.Data) == 2
 	})
@@ -126,12 +126,12 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 		}(g)
 	}
 	var live appView
-	apiPoll(t, 15*time.Second, "bytes/s in and out above 0 in the API while traffic flows", func() bool {
+	eventuallyAPI(t, 15*time.Second, "bytes/s in and out above 0 in the API while traffic flows", func() bool {
 		live = view()
 		return live.Data.App.In > 0 && live.Data.App.Out > 0
 	})
 	// and so does the control plane's Prometheus view, by direction
-	prom := cpMetrics(t, api)
+	prom := controlPlaneMetrics(t, api)
 	for _, dir := range []string{"in", "out"} {
 		series := `tollgate_app_bytes_rate{app_id="bw",cluster_id="default",direction="` + dir + `"} `
 		if !strings.Contains(prom, "\n"+series) {
@@ -157,7 +157,7 @@ func TestBandwidthReachesTheAPI(t *testing.T) {
 		t.Fatalf("the gateways counted %.0f in, %.0f out", in, out)
 	}
 	var v appView
-	ok := poll(15*time.Second, func() bool {
+	ok := pollAPI(15*time.Second, func() bool {
 		v = view()
 		return float64(v.Data.In1h) == in && float64(v.Data.Out1h) == out && v.Data.App.In == 0 && v.Data.App.Out == 0
 	})
@@ -222,7 +222,7 @@ func TestBandwidthOfAPacedDownloadShowsWhileItRuns(t *testing.T) {
 			NodeID string `json:"node_id"`
 		} `json:"data"`
 	}
-	apiPoll(t, 15*time.Second, "the gateway in /api/v1/nodes", func() bool {
+	eventuallyAPI(t, 15*time.Second, "the gateway in /api/v1/nodes", func() bool {
 		api.do("GET", "/api/v1/nodes", nil, &nodes)
 		return len(nodes.Data) == 1
 	})
@@ -272,8 +272,8 @@ func TestBandwidthOfAPacedDownloadShowsWhileItRuns(t *testing.T) {
 	}
 }
 
-// cpMetrics is the control plane's /metrics as the signed-in admin reads it.
-func cpMetrics(t *testing.T, api *adminAPI) string {
+// controlPlaneMetrics is the control plane's /metrics as the signed-in admin reads it.
+func controlPlaneMetrics(t *testing.T, api *adminAPI) string {
 	t.Helper()
 	req, err := http.NewRequest("GET", api.url+"/metrics", nil)
 	if err != nil {
@@ -292,9 +292,9 @@ func cpMetrics(t *testing.T, api *adminAPI) string {
 	return string(b)
 }
 
-// poll calls cond every 200 ms (the API's per-user rate limit allows that) until it holds or
+// pollAPI calls cond every 200 ms (the API's per-user rate limit allows that) until it holds or
 // timeout passes, and says whether it held.
-func poll(timeout time.Duration, cond func() bool) bool {
+func pollAPI(timeout time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
@@ -303,10 +303,10 @@ func poll(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
-// apiPoll is poll that fails the test when cond never holds.
-func apiPoll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// eventuallyAPI is pollAPI that fails the test when cond never holds.
+func eventuallyAPI(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !poll(timeout, cond) {
+	if !pollAPI(timeout, cond) {
 		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }

@@ -1,8 +1,10 @@
 -- The node's report (heartbeat): every TOLLGATE_REPORT_INTERVAL s, worker 0 writes this node's
 -- state to the hash `ratelimit:gateways` (field: the node id; value: JSON), where the control
 -- plane reads it for its cluster view, its alerts and its reconciliation: when it last
--- reported, the config version it enforces, its degradation level, cumulative request and
--- refusal totals per app, breaker states, leaked connection slots and the last cleanup run.
+-- reported, the config version it enforces, its degradation level, cumulative request, refusal
+-- and body byte totals per app (in: uploads, out: downloads), breaker states, leaked connection
+-- slots and the last cleanup run. `reported_at` (ms precision) dates the counters, from which
+-- the control plane derives each app's bytes/s on this node.
 -- A node that stops reporting is stale after 30 s. Sent in the config poll's Redis round
 -- (tollgate.config.watch), not a connection of its own.
 local cfgcache = require("tollgate.config.cache")
@@ -34,6 +36,7 @@ function _M.report(t)
     return {
         node_id = conf.node_id,
         last_seen = floor(t),
+        reported_at = floor(t * 1000) / 1000,
         config_version = cfgcache.version(),
         config_store_lost = cfgcache.store_lost(),
         mode = conf.mode,

@@ -227,6 +227,16 @@ function _M.inc(series, n)
     other[series] = (other[series] or 0) + (n or 1)
 end
 
+local flowing = {}       -- apps whose bytes counted in flight since the last flush
+
+--- Count n bytes of app `id` under `series` (its ratelimit_bytes_total) while its request is
+-- still running: the node totals list the app from the next flush on, although none of its
+-- requests has ended yet (a first download that runs for minutes).
+function _M.flow(series, id, n)
+    other[series] = (other[series] or 0) + n
+    flowing[id] = true
+end
+
 local function add(key, n)
     if n ~= 0 then
         mdict:incr(key, n, 0)
@@ -275,6 +285,12 @@ function _M.flush()
         add(NODE_REQ .. app, n_app)
         add(NODE_BLK .. app, blk)
         total, blk_total = total + n_app, blk_total + blk
+    end
+    for app in pairs(flowing) do              -- bytes of requests not yet logged
+        if mdict:add(NODE_REQ .. app, 0) and not NOT_APPS[app] then
+            mdict:rpush(NODE_APPS, app)
+        end
+        flowing[app] = nil
     end
     for app, n in pairs(extra_blocked) do     -- refusals whose request is not yet logged
         add(NODE_BLK .. app, n)
@@ -405,11 +421,25 @@ function _M.render(gauges)
 end
 
 --- Cumulative totals of this node since it started: requests, blocked, {app = {requests,
--- blocked}} (apps only, not the "_invalid"/"_unknown"/"_unconfigured" labels).
+-- blocked, bytes_in, bytes_out}} (apps only, not the "_invalid"/"_unknown"/"_unconfigured"
+-- labels). The bytes are the app's ratelimit_bytes_total series as flushed (read, never
+-- written here: the request path's count is the metric's own); 0 is left out of the report.
 -- The apps with node totals, known to the reporting worker: listed from the dict once per worker
 -- start (a worker started by a reload finds the totals of its predecessors), then learnt from the
 -- queue the flushes fill — no walk of the dict on the report's timer.
 local node_apps
+local bytes_series = {}   -- app -> {in series, out series} (built once per app and worker)
+
+local function bytes_of(app)
+    local ks = bytes_series[app]
+    if not ks then
+        ks = { 'ratelimit_bytes_total{app_id="' .. app .. '",direction="in"}',
+               'ratelimit_bytes_total{app_id="' .. app .. '",direction="out"}' }
+        bytes_series[app] = ks
+    end
+    local bin, bout = mdict:get(ks[1]), mdict:get(ks[2])
+    return bin ~= 0 and bin or nil, bout ~= 0 and bout or nil
+end
 
 function _M.node_totals()
     if not node_apps then
@@ -433,9 +463,12 @@ function _M.node_totals()
     for app in pairs(node_apps) do
         local n = mdict:get(NODE_REQ .. app)
         if n then
-            apps[app] = { requests = n, blocked = mdict:get(NODE_BLK .. app) or 0 }
+            local bin, bout = bytes_of(app)
+            apps[app] = { requests = n, blocked = mdict:get(NODE_BLK .. app) or 0,
+                          bytes_in = bin, bytes_out = bout }
         else
             node_apps[app] = nil    -- the dict evicted it (a full zone): pushed again if it returns
+            bytes_series[app] = nil
         end
     end
     return mdict:get(NODE_REQ) or 0, mdict:get(NODE_BLK) or 0, apps

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openBrowser, screenshot, type Browser } from './browser.ts'
 import { AppDetailPage, AppFormPage, AppsPage, DashboardPage, EmergencyPage, LoginPage, Shell } from './pages/pages.ts'
-import { byTest, choose, parseNumber, until } from './pages/ui.ts'
+import { byTest, choose, parseBytes, parseNumber, until } from './pages/ui.ts'
 import { ADMIN, Api, redisCli, startStack, traffic, type Stack } from './stack.ts'
 
 const APP = 'e2e-photos'
@@ -244,6 +244,64 @@ describe('admin console on a real stack', () => {
     // no reload happened: the numbers came over the WebSocket (or the 5 s poll)
     expect(await page.evaluate(() => (window as unknown as { e2eSamePage?: boolean }).e2eSamePage)).toBe(true)
     expect((await new Shell(page).liveStatus())?.trim()).toBe('live')
+  })
+
+  it('08b shows each app\'s bandwidth in bytes/s, in and out, on the dashboard and the app page', async () => {
+    // uploads and downloads of 256 KiB objects as APP through the gateway, until stopped
+    const size = 256 * 1024
+    const body = 'b'.repeat(size)
+    let running = true
+    const moved = { in: 0, out: 0 }
+    const load = (async () => {
+      for (let i = 0; running; i++) {
+        const key = `${stack.gateway}/e2e-bucket/bw-${i % 8}`
+        const put = await fetch(key, { method: 'PUT', headers: { 'X-App-Id': APP }, body })
+        await put.arrayBuffer()
+        if (put.status === 200) moved.in += size
+        const got = await fetch(key, { headers: { 'X-App-Id': APP } })
+        moved.out += (await got.arrayBuffer()).byteLength
+      }
+    })()
+    const { page } = admin
+    try {
+      const dash = new DashboardPage(page, stack.base)
+      await dash.goto()
+      // the app's row of the top applications: bytes/s in both directions, in byte units
+      const row = await until(async () => {
+        const r = await dash.topAppBandwidth(APP)
+        return r && parseBytes(r.out) > 0 && parseBytes(r.in) > 0 ? r : null
+      }, `${APP}'s bytes/s in and out in the top applications`, 30_000)
+      expect(row.out).toMatch(/^\d+(\.\d+)? (B|KiB|MiB|GiB)\/s$/)
+      expect(parseBytes(await dash.card('bytes-out'))).toBeGreaterThan(0)
+      expect(parseBytes(await dash.card('bytes-in'))).toBeGreaterThan(0)
+      await screenshot(page, '13b-dashboard-bandwidth')
+
+      await page.goto(`${stack.base}/apps/${APP}`)
+      const detail = new AppDetailPage(page)
+      await detail.ready(APP)
+      const out = await until(async () => {
+        const c = await detail.bandwidth('out')
+        return parseBytes(c.value) > 0 && parseBytes(c.sub) > 0 ? c : null
+      }, 'the download figure and the last hour\'s bytes on the app page', 30_000)
+      const inn = await until(async () => {
+        const c = await detail.bandwidth('in')
+        return parseBytes(c.value) > 0 && parseBytes(c.sub) > 0 ? c : null
+      }, 'the upload figure on the app page', 30_000)
+      expect(out.value).toMatch(/\/s$/)
+      expect(out.sub).toMatch(/in the last hour$/)
+      // the history chart draws the bandwidth
+      await until(async () => (await detail.bandwidthChartPeak()) > 0, 'the bandwidth chart to draw bytes/s', 30_000)
+      // never more than what moved: the last hour's bytes are bytes this run sent (with the
+      // display's rounding, 1 %)
+      expect(parseBytes(out.sub)).toBeLessThanOrEqual(moved.out * 1.01)
+      expect(parseBytes(inn.sub)).toBeLessThanOrEqual(moved.in * 1.01)
+      console.log(`bandwidth: dashboard ${row.out} out, ${row.in} in; app page ${out.value} out (${out.sub}), ` +
+        `${inn.value} in (${inn.sub}); moved ${moved.out} B out, ${moved.in} B in`)
+      await screenshot(page, '13c-app-bandwidth')
+    } finally {
+      running = false
+      await load
+    }
   })
 
   it('09 shows every other view', async () => {

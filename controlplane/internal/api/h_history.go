@@ -20,11 +20,15 @@ const DefaultPrometheusTimeout = 5 * time.Second
 
 // historyQueries is the fixed allowlist of range queries the console may ask for: a series name
 // maps to a PromQL template with two holes, the label selector (empty, or app_id="<valid id>")
-// and the rate window. Nothing of the request reaches PromQL except a validated app id.
+// and the rate window. Nothing of the request reaches PromQL except a validated app id. The
+// bandwidth series read the gateways' own byte counters (summed over the nodes Prometheus
+// scrapes; a trailing comma is valid PromQL when the selector is empty).
 var historyQueries = map[string]string{
-	"request_rate":  `sum by (app_id) (rate(tollgate_app_requests_total{%s}[%s]))`,
-	"cost_rate":     `sum by (app_id) (rate(tollgate_app_cost_total{%s}[%s]))`,
-	"rejected_rate": `sum by (app_id) (rate(ratelimit_rejected_total{%s}[%s]))`,
+	"request_rate":   `sum by (app_id) (rate(tollgate_app_requests_total{%s}[%s]))`,
+	"cost_rate":      `sum by (app_id) (rate(tollgate_app_cost_total{%s}[%s]))`,
+	"rejected_rate":  `sum by (app_id) (rate(ratelimit_rejected_total{%s}[%s]))`,
+	"bytes_in_rate":  `sum by (app_id) (rate(ratelimit_bytes_total{direction="in",%s}[%s]))`,
+	"bytes_out_rate": `sum by (app_id) (rate(ratelimit_bytes_total{direction="out",%s}[%s]))`,
 }
 
 // historyRanges are the console's time ranges; each is cut into 240 steps.
@@ -55,7 +59,8 @@ func (s *server) metricsHistory(c *gin.Context) {
 	name := c.Query("series")
 	tmpl, known := historyQueries[name]
 	if !known {
-		s.fail(c, errBadRequest("invalid_query", "series must be request_rate, cost_rate or rejected_rate"))
+		s.fail(c, errBadRequest("invalid_query",
+			"series must be request_rate, cost_rate, rejected_rate, bytes_in_rate or bytes_out_rate"))
 		return
 	}
 	rng, err := queryRange(c)

@@ -75,7 +75,11 @@ func TestHistoryFromARealPrometheus(t *testing.T) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		fmt.Fprintf(w, "# TYPE tollgate_app_requests_total counter\n"+
 			"tollgate_app_requests_total{app_id=\"app-a\",cluster_id=\"c1\"} %d\n"+
-			"tollgate_app_requests_total{app_id=\"app-b\",cluster_id=\"c1\"} %d\n", v, 2*v)
+			"tollgate_app_requests_total{app_id=\"app-b\",cluster_id=\"c1\"} %d\n"+
+			"# TYPE ratelimit_bytes_total counter\n"+
+			"ratelimit_bytes_total{app_id=\"app-a\",direction=\"in\"} %d\n"+
+			"ratelimit_bytes_total{app_id=\"app-a\",direction=\"out\"} %d\n"+
+			"ratelimit_bytes_total{app_id=\"app-b\",direction=\"out\"} %d\n", v, 2*v, v, 1000*v, 3000*v)
 	}))
 	defer target.Close()
 	prom := startPrometheus(t, strings.TrimPrefix(target.URL, "http://"))
@@ -113,6 +117,39 @@ func TestHistoryFromARealPrometheus(t *testing.T) {
 	all := f.call(t, "GET", "/api/v1/metrics/history?series=request_rate&range=7d", viewer, nil)
 	if all.code != 200 || all.get("data", "step") != float64(2520) || len(all.get("data", "series").([]any)) != 2 {
 		t.Fatalf("7d, all apps = %d %s", all.code, all.raw)
+	}
+	// the bandwidth series read the gateways' byte counters, by direction, with or without an
+	// app (an empty selector leaves a trailing comma in the matchers)
+	for _, q := range []struct {
+		url  string
+		apps map[string]bool
+	}{
+		{"/api/v1/metrics/history?series=bytes_out_rate&range=1h&app_id=app-a", map[string]bool{"app-a": true}},
+		{"/api/v1/metrics/history?series=bytes_out_rate&range=1h", map[string]bool{"app-a": true, "app-b": true}},
+		{"/api/v1/metrics/history?series=bytes_in_rate&range=1h", map[string]bool{"app-a": true}},
+	} {
+		var got map[string]bool
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			r := f.call(t, "GET", q.url, viewer, nil)
+			if r.code != 200 {
+				t.Fatalf("%s = %d %s", q.url, r.code, r.raw)
+			}
+			got = map[string]bool{}
+			for _, x := range r.get("data", "series").([]any) {
+				m := x.(map[string]any)
+				if pts := m["points"].([]any); len(pts) > 0 && pts[len(pts)-1].([]any)[1].(float64) > 0 {
+					got[m["labels"].(map[string]any)["app_id"].(string)] = true
+				}
+			}
+			if len(got) == len(q.apps) || time.Now().After(deadline) {
+				break
+			}
+		}
+		for a := range q.apps {
+			if !got[a] || len(got) != len(q.apps) {
+				t.Fatalf("%s: apps with a positive rate %v, want %v", q.url, got, q.apps)
+			}
+		}
 	}
 	// A series nothing reports yet is an empty list, not an error.
 	none := f.call(t, "GET", "/api/v1/metrics/history?series=rejected_rate&range=6h", viewer, nil)

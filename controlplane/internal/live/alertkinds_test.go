@@ -114,7 +114,7 @@ func TestParseNodeReportIsDefensive(t *testing.T) {
 	if n.RequestsTotal == nil || *n.RequestsTotal != 120 || n.BlockedTotal != nil {
 		t.Errorf("totals %v %v, want 120 and absent", n.RequestsTotal, n.BlockedTotal)
 	}
-	if len(n.Apps) != 1 || n.Apps["a1"] != (NodeAppCounts{100, 20}) {
+	if len(n.Apps) != 1 || n.Apps["a1"] != (NodeAppCounts{Requests: 100, Blocked: 20}) {
 		t.Errorf("apps %+v, want only a1", n.Apps)
 	}
 	want := map[string]BreakerState{"demo": {State: "open", Failures: 7, Requests: 9, OpenedAt: 1799999990, RetryAt: 1800000020},

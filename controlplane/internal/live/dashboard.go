@@ -28,14 +28,19 @@ type Overview struct {
 	ActiveApps       int     `json:"active_apps"` // enabled, with requests in the last hour
 	TotalRequests1h  int64   `json:"total_requests_1h"`
 	TotalCost1h      int64   `json:"total_cost_1h"`
+	TotalBytesIn1h   int64   `json:"total_bytes_in_1h"`  // body bytes through the gateways
+	TotalBytesOut1h  int64   `json:"total_bytes_out_1h"` // (in: uploads, out: downloads)
 	L1AvailableRatio float64 `json:"l1_available_ratio"`
 	EmergencyMode    bool    `json:"emergency_mode"`
 }
 
-// DashMetrics are the dashboard's series (request_rate over the chosen range; cost_rate added).
+// DashMetrics are the dashboard's series (request_rate over the chosen range; cost_rate and the
+// bandwidth in bytes/s, in and out, added).
 type DashMetrics struct {
 	RequestRate       []TimePoint       `json:"request_rate"`
 	CostRate          []TimePoint       `json:"cost_rate"`
+	BytesInRate       []TimePoint       `json:"bytes_in_rate"`
+	BytesOutRate      []TimePoint       `json:"bytes_out_rate"`
 	CostDistribution  Histogram         `json:"cost_distribution"`
 	TokenAvailability TokenAvailability `json:"token_availability"`
 	ConnectionStats   ConnectionStats   `json:"connection_stats"`
@@ -70,13 +75,18 @@ type ConnectionStats struct {
 	Leaked1h   *int64 `json:"leaked_1h"`
 }
 
-// TopApp is one row of the dashboard's top apps.
+// TopApp is one row of the dashboard's top apps (bytes: body bytes through the gateways, in:
+// uploads, out: downloads; the rates are the live figures of AppState).
 type TopApp struct {
-	AppID       string `json:"app_id"`
-	Requests1h  int64  `json:"requests_1h"`
-	Cost1h      int64  `json:"cost_1h"`
-	Connections int64  `json:"connections"`
-	Status      string `json:"status"` // normal, warning, critical
+	AppID        string  `json:"app_id"`
+	Requests1h   int64   `json:"requests_1h"`
+	Cost1h       int64   `json:"cost_1h"`
+	BytesIn1h    int64   `json:"bytes_in_1h"`
+	BytesOut1h   int64   `json:"bytes_out_1h"`
+	BytesInRate  float64 `json:"bytes_in_rate"`
+	BytesOutRate float64 `json:"bytes_out_rate"`
+	Connections  int64   `json:"connections"`
+	Status       string  `json:"status"` // normal, warning, critical
 }
 
 // RedisHealth is the dashboard's Redis health: status, p99 of the control plane's PING over recent
@@ -98,8 +108,10 @@ func buildDashboard(s *Snapshot, h *history, rng string, alerts []Alert, pings [
 	d := Dashboard{Range: rng, Timestamp: s.At.Unix(), ConfigVersion: s.ConfigVersion, Alerts: alerts,
 		Clusters: s.Clusters, Nodes: s.Nodes, TopApps: []TopApp{}}
 	d.Metrics.RequestRate, d.Metrics.CostRate = h.total.rates(rng)
+	d.Metrics.BytesInRate, d.Metrics.BytesOutRate = h.total.byteRates(rng)
 	total := h.total.within("1h")
-	d.Overview = Overview{TotalApps: int(s.TotalApps), TotalRequests1h: total.req, TotalCost1h: total.cost}
+	d.Overview = Overview{TotalApps: int(s.TotalApps), TotalRequests1h: total.req, TotalCost1h: total.cost,
+		TotalBytesIn1h: total.bin, TotalBytesOut1h: total.bout}
 	var capSum, availSum int64
 	for _, c := range s.Clusters {
 		capSum, availSum = capSum+c.Capacity, availSum+c.Available
@@ -171,8 +183,9 @@ func apps(s *Snapshot, h *history) (Histogram, []TopApp, int) {
 			i := sort.SearchFloat64s(bounds, avg)
 			hist.Buckets[i].Count += w.req
 		}
-		top = append(top, TopApp{AppID: a.ID, Requests1h: w.req, Cost1h: w.cost, Connections: a.ConnCurrent,
-			Status: appStatus(a, emergency[a.Cluster])})
+		top = append(top, TopApp{AppID: a.ID, Requests1h: w.req, Cost1h: w.cost, BytesIn1h: w.bin,
+			BytesOut1h: w.bout, BytesInRate: a.BytesInRate, BytesOutRate: a.BytesOutRate,
+			Connections: a.ConnCurrent, Status: appStatus(a, emergency[a.Cluster])})
 	}
 	sort.Slice(top, func(i, j int) bool {
 		if top[i].Cost1h != top[j].Cost1h {

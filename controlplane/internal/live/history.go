@@ -21,6 +21,7 @@ type TimePoint struct {
 type point struct {
 	t              int64 // Unix seconds
 	req, cost, rej int64 // cumulative totals: requests, cost, rejected connections
+	bin, bout      int64 // body bytes in (uploads) and out (downloads), cumulative
 }
 
 // ring keeps the last seriesPoints points at least step seconds apart.
@@ -90,6 +91,25 @@ func (s *series) rates(rng string) (req, cost []TimePoint) {
 	return req, cost
 }
 
+// byteRates is the bandwidth in and out (bytes/s) between consecutive points of a range.
+func (s *series) byteRates(rng string) (in, out []TimePoint) {
+	r := s.rings[rng]
+	in, out = []TimePoint{}, []TimePoint{}
+	if r == nil {
+		return in, out
+	}
+	pts := append(append([]point(nil), r.pts...), s.last)
+	for i := 1; i < len(pts); i++ {
+		dt := float64(pts[i].t - pts[i-1].t)
+		if dt <= 0 {
+			continue
+		}
+		in = append(in, TimePoint{pts[i].t, float64(inc(pts[i-1].bin, pts[i].bin)) / dt})
+		out = append(out, TimePoint{pts[i].t, float64(inc(pts[i-1].bout, pts[i].bout)) / dt})
+	}
+	return in, out
+}
+
 // within is what was added over the last span (or since the history starts). A counter that
 // went back (stats reset, node restart) counts from its new value.
 func (s *series) within(rng string) point {
@@ -103,6 +123,8 @@ func (s *series) within(rng string) point {
 		out.req += inc(pts[i-1].req, pts[i].req)
 		out.cost += inc(pts[i-1].cost, pts[i].cost)
 		out.rej += inc(pts[i-1].rej, pts[i].rej)
+		out.bin += inc(pts[i-1].bin, pts[i].bin)
+		out.bout += inc(pts[i-1].bout, pts[i].bout)
 	}
 	return out
 }
@@ -156,14 +178,16 @@ func (h *history) observe(s *Snapshot) {
 			a.CostRate = float64(inc(p.Cost, a.Cost)) / dt
 		}
 		rej += a.ConnRejected
-		p := point{t: s.At.Unix(), req: a.Requests, cost: a.Cost, rej: a.ConnRejected}
+		p := point{t: s.At.Unix(), req: a.Requests, cost: a.Cost, rej: a.ConnRejected, bin: a.BytesIn,
+			bout: a.BytesOut}
 		sr := h.apps[a.ID]
 		switch {
-		case sr != nil && (p.req != sr.last.req || p.cost != sr.last.cost || p.rej != sr.last.rej):
+		case sr != nil && (p.req != sr.last.req || p.cost != sr.last.cost || p.rej != sr.last.rej ||
+			p.bin != sr.last.bin || p.bout != sr.last.bout):
 			sr.moved = p.t
 		case sr != nil && p.t-sr.moved > longest:
 			continue // idle for the longest range: dropped below
-		case sr == nil && p.req == 0 && p.cost == 0 && p.rej == 0:
+		case sr == nil && p.req == 0 && p.cost == 0 && p.rej == 0 && p.bin == 0 && p.bout == 0:
 			continue // no traffic yet
 		case sr == nil && len(h.apps) >= h.max:
 			h.skipped++
@@ -173,7 +197,12 @@ func (h *history) observe(s *Snapshot) {
 			sr.moved = p.t
 			h.apps[a.ID] = sr
 			if q, ok := prev[a.ID]; ok { // its point before the traffic started
-				sr.add(point{t: h.prev.At.Unix(), req: q.Requests, cost: q.Cost, rej: q.ConnRejected})
+				sr.add(point{t: h.prev.At.Unix(), req: q.Requests, cost: q.Cost, rej: q.ConnRejected,
+					bin: q.BytesIn, bout: q.BytesOut})
+			} else if h.prev != nil {
+				// not in the previous view: its byte totals started from zero since (the other
+				// totals are Redis's, counted since before)
+				sr.add(point{t: h.prev.At.Unix(), req: p.req, cost: p.cost, rej: p.rej})
 			}
 		}
 		seen[a.ID] = true
@@ -200,6 +229,6 @@ func (h *history) observe(s *Snapshot) {
 			delete(h.apps, id)
 		}
 	}
-	h.total.add(point{t: s.At.Unix(), req: req, cost: cost, rej: rej})
+	h.total.add(point{t: s.At.Unix(), req: req, cost: cost, rej: rej, bin: s.BytesIn, bout: s.BytesOut})
 	h.prev = s
 }

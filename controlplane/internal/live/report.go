@@ -12,10 +12,14 @@ import (
 // that field and never the node; values that are not finite non-negative numbers, ids that are
 // not keys.ValidID and unknown breaker states are dropped.
 
-// NodeAppCounts is one app's cumulative requests and blocked requests on one node.
+// NodeAppCounts is one app's cumulative requests, blocked requests and body bytes (in: uploads
+// to the backend, out: downloads to clients; absent from older gateways and left out at 0) on
+// one node.
 type NodeAppCounts struct {
 	Requests int64 `json:"requests"`
 	Blocked  int64 `json:"blocked"`
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
 }
 
 // BreakerState is one circuit breaker of one node ("<backend>" or "<backend>/<app>").
@@ -38,6 +42,7 @@ type nodeReport struct {
 	Breakers           json.RawMessage `json:"breakers"`
 	ConnLeakedTotal    json.RawMessage `json:"conn_leaked_total"`
 	ConnCleanupLastRun json.RawMessage `json:"conn_cleanup_last_run"`
+	ReportedAt         json.RawMessage `json:"reported_at"`
 }
 
 // counter parses a non-negative finite number that fits an int64 exactly (2^53).
@@ -67,8 +72,18 @@ func applyReport(n *Node, doc string, validID func(string) bool) {
 	}
 	n.RequestsTotal, n.BlockedTotal = counterPtr(r.RequestsTotal), counterPtr(r.BlockedTotal)
 	n.ConnLeakedTotal, n.ConnCleanupLastRun = counterPtr(r.ConnLeakedTotal), counterPtr(r.ConnCleanupLastRun)
+	if len(r.ReportedAt) > 0 {
+		var at float64
+		if json.Unmarshal(r.ReportedAt, &at) == nil && at > 0 && at < 1<<40 {
+			n.ReportedAt = at
+		}
+	}
 	for id, raw := range objects(r.Apps) {
-		var c struct{ Requests, Blocked json.RawMessage }
+		var c struct {
+			Requests, Blocked json.RawMessage
+			BytesIn           json.RawMessage `json:"bytes_in"`
+			BytesOut          json.RawMessage `json:"bytes_out"`
+		}
 		if !validID(id) || json.Unmarshal(raw, &c) != nil || len(n.Apps) >= maxReportEntries {
 			continue
 		}
@@ -80,7 +95,10 @@ func applyReport(n *Node, doc string, validID func(string) bool) {
 		if n.Apps == nil {
 			n.Apps = map[string]NodeAppCounts{}
 		}
-		n.Apps[id] = NodeAppCounts{Requests: req, Blocked: blk}
+		// bytes: absent (0 or an older gateway) or damaged reads 0
+		bin, _ := counter(c.BytesIn)
+		bout, _ := counter(c.BytesOut)
+		n.Apps[id] = NodeAppCounts{Requests: req, Blocked: blk, BytesIn: bin, BytesOut: bout}
 	}
 	for key, raw := range objects(r.Breakers) {
 		var b struct {

@@ -48,6 +48,7 @@ type Service struct {
 	snap  *Snapshot
 	hist  *history
 	tr    *traffic
+	bw    *bandwidth
 	pings []time.Duration
 	down  bool
 }
@@ -65,7 +66,8 @@ func New(o Options) *Service {
 	}
 	o.Alerts = o.Alerts.withDefaults()
 	return &Service{o: o, col: newCollector(o.Redis, o.Catalog, o.L1, o.PoolSize),
-		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory(), tr: newTraffic(o.Alerts.keep())}
+		alerts: alertStore{rdb: o.Redis}, hub: newHub(), hist: newHistory(), tr: newTraffic(o.Alerts.keep()),
+		bw: newBandwidth()}
 }
 
 // Interval is the collection period.
@@ -110,6 +112,7 @@ func (s *Service) Refresh(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	prev := s.hist.prev
+	s.bw.observe(snap) // before the history, which keeps its byte totals
 	s.hist.observe(snap)
 	s.tr.observe(snap)
 	conds := evaluate(snap, prev, s.tr, s.o.Alerts)
@@ -175,10 +178,15 @@ type AppDetail struct {
 	Requests1h  int64       `json:"requests_1h"`
 	Cost1h      int64       `json:"cost_1h"`
 	Rejected1h  int64       `json:"connections_rejected_1h"`
+	BytesIn1h   int64       `json:"bytes_in_1h"`
+	BytesOut1h  int64       `json:"bytes_out_1h"`
 	RequestRate []TimePoint `json:"request_rate"`
 	CostRate    []TimePoint `json:"cost_rate"`
-	Range       string      `json:"range"`
-	Timestamp   int64       `json:"timestamp"`
+	// bytes/s through the gateways over the range (in: uploads, out: downloads)
+	BytesInRate  []TimePoint `json:"bytes_in_rate"`
+	BytesOutRate []TimePoint `json:"bytes_out_rate"`
+	Range        string      `json:"range"`
+	Timestamp    int64       `json:"timestamp"`
 }
 
 // App returns an app's metrics (drill-down, Req 23.10): from the snapshot for an active app,
@@ -207,7 +215,9 @@ func (s *Service) activeApp(id, rng string) (AppDetail, *Snapshot, bool) {
 		if sr := s.hist.apps[id]; sr != nil {
 			w := sr.within("1h")
 			d.Requests1h, d.Cost1h, d.Rejected1h = w.req, w.cost, w.rej
+			d.BytesIn1h, d.BytesOut1h = w.bin, w.bout
 			d.RequestRate, d.CostRate = sr.rates(rng)
+			d.BytesInRate, d.BytesOutRate = sr.byteRates(rng)
 		}
 		return d, nil, true
 	}

@@ -22,6 +22,9 @@ type Snapshot struct {
 	Clusters      []ClusterState
 	Apps          []AppState // the apps of the clusters' active sets
 	Nodes         []Node
+	// body bytes of every app the fresh nodes reported since this control plane first saw them
+	// (monotonic; bandwidth.go)
+	BytesIn, BytesOut int64
 }
 
 // ClusterState is one cluster: L1, emergency, reconcile corrections and connections summed
@@ -45,6 +48,9 @@ type ClusterState struct {
 	CostRate        float64 `json:"cost_rate"`
 	Requests        int64   `json:"requests_total"` // reported by the gateways, all apps (keys.Totals)
 	Cost            int64   `json:"cost_total"`
+	// bytes/s through the gateways, summed over the cluster's active apps (bandwidth.go)
+	BytesInRate  float64 `json:"bytes_in_rate"`
+	BytesOutRate float64 `json:"bytes_out_rate"`
 	// the busiest fresh node: limits are enforced per node
 	ConnNodeCurrent int64  `json:"-"`
 	ConnNode        string `json:"-"`
@@ -74,6 +80,12 @@ type AppState struct {
 	ConnPeak     int64   `json:"connections_peak"`
 	ConnRejected int64   `json:"connections_rejected"`
 	ConnMax      int64   `json:"max_connections,omitempty"` // 0: the gateway default
+	// body bytes per second through the gateways (in: uploads, out: downloads), summed over the
+	// fresh nodes, each over its last report interval (bandwidth.go)
+	BytesInRate  float64 `json:"bytes_in_rate"`
+	BytesOutRate float64 `json:"bytes_out_rate"`
+	// body bytes since this control plane first saw the app's traffic (monotonic, for history)
+	BytesIn, BytesOut int64 `json:"-"`
 	// the busiest fresh node: limits are enforced per node
 	ConnNodeCurrent int64       `json:"-"`
 	ConnNode        string      `json:"-"`
@@ -103,6 +115,9 @@ type Node struct {
 	Breakers           map[string]BreakerState  `json:"breakers,omitempty"`
 	ConnLeakedTotal    *int64                   `json:"conn_leaked_total,omitempty"`
 	ConnCleanupLastRun *int64                   `json:"conn_cleanup_last_run,omitempty"`
+	// when the node took its counters (Unix seconds, ms precision; 0 from older gateways,
+	// which date them by LastSeen)
+	ReportedAt float64 `json:"-"`
 }
 
 // StaleAfter: a node that has not announced itself for this long is reported stale (it

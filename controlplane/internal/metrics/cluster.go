@@ -34,6 +34,7 @@ func defs() []metricDef {
 		{"tollgate_cluster_connections_active", "Connections in flight, summed over nodes.", clusterLabels},
 		{"tollgate_cluster_connections_rejected_total", "Rejected connections, summed over nodes.", clusterLabels},
 		{"tollgate_cluster_request_rate", "Requests per second of the cluster's apps.", clusterLabels},
+		{"tollgate_cluster_bytes_rate", "Body bytes per second through the gateways of the cluster's active apps, by direction (in: uploads, out: downloads).", []string{"cluster_id", "direction"}},
 		{"tollgate_cluster_connections_limit", "Connection limit of the cluster per gateway node.", clusterLabels},
 		{"tollgate_l2_tokens", "Tokens in the app's L2 bucket.", appLabels},
 		{"tollgate_l3_tokens", "Tokens leased to gateway nodes and not yet used.", appLabels},
@@ -41,6 +42,7 @@ func defs() []metricDef {
 		{"tollgate_app_cost_total", "Cost consumed, reported by the gateways.", appLabels},
 		{"tollgate_app_request_rate", "Requests per second over the last collection period.", appLabels},
 		{"tollgate_app_cost_rate", "Cost per second over the last collection period.", appLabels},
+		{"tollgate_app_bytes_rate", "Body bytes per second through the gateways, by direction (in: uploads, out: downloads), summed over fresh nodes over their last report interval.", []string{"app_id", "cluster_id", "direction"}},
 		{"tollgate_app_debt_tokens", "Outstanding debt of the app.", appLabels},
 		{"tollgate_app_drift_ratio", "Lease drift of the last reconciliation window.", appLabels},
 		{"tollgate_app_reconcile_corrections_total", "Drift corrections of the app.", appLabels},
@@ -96,6 +98,8 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		g("tollgate_cluster_connections_active", float64(cl.ConnCurrent), cl.ID)
 		k("tollgate_cluster_connections_rejected_total", float64(cl.ConnRejected), cl.ID)
 		g("tollgate_cluster_request_rate", cl.RequestRate, cl.ID)
+		g("tollgate_cluster_bytes_rate", cl.BytesInRate, cl.ID, "in")
+		g("tollgate_cluster_bytes_rate", cl.BytesOutRate, cl.ID, "out")
 		g("tollgate_cluster_connections_limit", float64(cl.ConnLimit()), cl.ID)
 	}
 	for _, a := range s.Apps {
@@ -105,6 +109,8 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		k("tollgate_app_cost_total", float64(a.Cost), a.ID, a.Cluster)
 		g("tollgate_app_request_rate", a.RequestRate, a.ID, a.Cluster)
 		g("tollgate_app_cost_rate", a.CostRate, a.ID, a.Cluster)
+		g("tollgate_app_bytes_rate", a.BytesInRate, a.ID, a.Cluster, "in")
+		g("tollgate_app_bytes_rate", a.BytesOutRate, a.ID, a.Cluster, "out")
 		g("tollgate_app_debt_tokens", float64(a.Debt), a.ID, a.Cluster)
 		g("tollgate_app_drift_ratio", float64(a.DriftPPM)/1e6, a.ID, a.Cluster)
 		k("tollgate_app_reconcile_corrections_total", float64(a.Corrections), a.ID, a.Cluster)

@@ -143,6 +143,10 @@ local function log_request(ctx)
         local sent = tonumber(var.body_bytes_sent) or 0
         actual = calculator:bandwidth(sent, a.c_bw, ctx.tg_total)
         cost_mod.observe_download(a, sent)
+        local counted = ctx.tg_bcount   -- bytes the body filter counted as they left
+        if counted then
+            sent = sent - counted
+        end
         if sent > 0 then
             bytes_out(a, sent)
         end

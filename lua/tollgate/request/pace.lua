@@ -179,6 +179,17 @@ function _M.run()
         end
     end
     local sent = tonumber(var.body_bytes_sent) or 0
+    if sent - (ctx.tg_bcount or 0) >= QUANTUM then
+        -- the bytes out count as they leave, a unit at least at a time (the log phase counts
+        -- the rest): a long transfer's bandwidth shows while it runs
+        local series = a.tg_m_out   -- the series tollgate.request.log counts them in
+        if not series then
+            series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="out"}'
+            a.tg_m_out = series
+        end
+        metrics.flow(series, a.id, sent - (ctx.tg_bcount or 0))
+        ctx.tg_bcount = sent
+    end
     local need = ceil(sent / QUANTUM) * unit
     local chunk = chunk_of(a, ctx.tg_source)
     if total >= 0 and ctx.tg_paid + chunk > total then

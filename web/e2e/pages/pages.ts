@@ -65,12 +65,20 @@ export class DashboardPage {
     await this.page.locator('[data-test="dashboard"][data-ready="true"]').waitFor({ timeout: 30_000 })
   }
 
-  async card(name: 'requests' | 'cost' | 'l1' | 'connections' | 'redis' | 'emergency'): Promise<string> {
+  async card(name: 'requests' | 'cost' | 'bytes-out' | 'bytes-in' | 'l1' | 'connections' | 'redis' | 'emergency'): Promise<string> {
     return (await byTest(this.page, `card-${name}`).locator('.v').textContent())?.trim() ?? ''
   }
 
   async cardSub(name: string): Promise<string> {
     return (await byTest(this.page, `card-${name}`).locator('.s').textContent())?.trim() ?? ''
+  }
+
+  /** an app's row of the top applications: its bandwidth now, as shown ("1.50 MiB/s") */
+  async topAppBandwidth(app: string): Promise<{ out: string; in: string } | null> {
+    const row = byTest(this.page, 'top-apps').locator('tr', { hasText: app }).first()
+    if (await row.count() === 0) return null
+    const text = async (id: string) => (await row.locator(`[data-test="${id}"]`).textContent())?.trim() ?? ''
+    return { out: await text('top-app-out'), in: await text('top-app-in') }
   }
 
   /** requests in the last hour, from the requests card */
@@ -209,6 +217,18 @@ export class AppDetailPage {
 
   editButton(): Locator {
     return byTest(this.page, 'detail-edit')
+  }
+
+  /** a bandwidth card: its figure ("1.50 MiB/s") and its line below ("3.00 MiB in the last hour") */
+  async bandwidth(direction: 'out' | 'in'): Promise<{ value: string; sub: string }> {
+    const card = byTest(this.page, `app-card-bytes-${direction}`)
+    return { value: (await card.locator('.v').textContent())?.trim() ?? '',
+      sub: (await card.locator('.s').textContent())?.trim() ?? '' }
+  }
+
+  /** the highest bytes/s the bandwidth chart draws (0 when it draws nothing) */
+  async bandwidthChartPeak(): Promise<number> {
+    return Number(await byTest(this.page, 'app-chart-bandwidth').locator('[data-peak]').getAttribute('data-peak'))
   }
 
   /** The S3 identity card: access keys and buckets. */

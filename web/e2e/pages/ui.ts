@@ -37,13 +37,13 @@ export async function toast(page: Page): Promise<string> {
 }
 
 /** polls fn until it returns a truthy value (a state, never a sleep) */
-export async function until<T>(fn: () => Promise<T>, what: string, timeoutMs = 20_000): Promise<T> {
+export async function until<T>(fn: () => Promise<T>, what: string, timeoutMs = 20_000): Promise<NonNullable<T>> {
   const end = Date.now() + timeoutMs
   let last: unknown
   for (;;) {
     try {
       const v = await fn()
-      if (v) return v
+      if (v) return v as NonNullable<T> // truthy: neither null nor undefined
       last = v
     } catch (e) {
       last = e
@@ -59,4 +59,11 @@ export function parseNumber(text: string | null): number {
   if (!m || m[1] === undefined) return NaN
   const mult = { K: 1e3, M: 1e6, B: 1e9, T: 1e12 }[(m[2] ?? '').toUpperCase() as 'K'] ?? 1
   return Number(m[1]) * mult
+}
+
+/** "512 B/s" / "1.50 KiB/s" / "6.25 MiB" (the console's powers of 1024) as bytes; NaN without a unit */
+export function parseBytes(text: string | null): number {
+  const m = (text ?? '').replace(/,/g, '').match(/(-?[\d.]+)\s*(B|KiB|MiB|GiB|TiB)\b/)
+  if (!m || m[1] === undefined || m[2] === undefined) return NaN
+  return Number(m[1]) * 1024 ** ['B', 'KiB', 'MiB', 'GiB', 'TiB'].indexOf(m[2])
 }

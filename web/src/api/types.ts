@@ -270,6 +270,12 @@ export interface TopApp {
   app_id: string
   requests_1h: number
   cost_1h: number
+  /** body bytes through the gateways in the last hour (in: uploads, out: downloads) */
+  bytes_in_1h: number
+  bytes_out_1h: number
+  /** bytes/s now */
+  bytes_in_rate: number
+  bytes_out_rate: number
   connections: number
   status: Health
 }
@@ -317,6 +323,9 @@ export interface ClusterState {
   /** requests/s and cost/s now */
   request_rate: number
   cost_rate: number
+  /** bytes/s through the gateways now, summed over the cluster's apps (in: uploads, out: downloads) */
+  bytes_in_rate: number
+  bytes_out_rate: number
 }
 
 /** A gateway node (live.Node); null fields: the node does not report them. */
@@ -340,6 +349,9 @@ export interface DashboardData {
     active_apps: number
     total_requests_1h: number
     total_cost_1h: number
+    /** body bytes through the gateways in the last hour */
+    total_bytes_in_1h: number
+    total_bytes_out_1h: number
     /** 0..1 */
     l1_available_ratio: number
     emergency_mode: boolean
@@ -348,6 +360,9 @@ export interface DashboardData {
     /** requests/s and cost/s over the dashboard's range */
     request_rate: TimePoint[]
     cost_rate: TimePoint[]
+    /** bytes/s over the dashboard's range, all apps */
+    bytes_in_rate: TimePoint[]
+    bytes_out_rate: TimePoint[]
     cost_distribution: { buckets: { le: string; count: number }[] }
     token_availability: {
       /** L1 available / capacity, 0..1 */
@@ -393,6 +408,9 @@ export interface AppState {
   cost_total: number
   request_rate: number
   cost_rate: number
+  /** bytes/s through the gateways now (in: uploads, out: downloads) */
+  bytes_in_rate: number
+  bytes_out_rate: number
   reconcile_corrections: number
   drift_ppm: number
   active_nodes: number
@@ -407,8 +425,13 @@ export interface AppMetrics {
   requests_1h: number
   cost_1h: number
   connections_rejected_1h: number
-  request_rate: TimePoint[]
-  cost_rate: TimePoint[]
+  bytes_in_1h: number
+  bytes_out_1h: number
+  request_rate: TimePoint[] | null
+  cost_rate: TimePoint[] | null
+  /** bytes/s over the range (null: no traffic in the control plane's history) */
+  bytes_in_rate: TimePoint[] | null
+  bytes_out_rate: TimePoint[] | null
   range: TimeRange
   timestamp: number
 }
@@ -429,7 +452,7 @@ export interface MetricsHistory {
 }
 
 /** Names of the history series the console asks Prometheus for. */
-export type HistorySeries = 'request_rate' | 'cost_rate' | 'rejected_rate'
+export type HistorySeries = 'request_rate' | 'cost_rate' | 'rejected_rate' | 'bytes_in_rate' | 'bytes_out_rate'
 
 // ---- audit --------------------------------------------------------------------------------------
 

@@ -7,16 +7,18 @@ import { useMetricsStore } from './metrics'
 function cluster(id: string, over: Partial<ClusterState> = {}): ClusterState {
   return { cluster_id: id, capacity: 1000, reserved_ratio: 0.1, allocated: 500, available: 800, borrowed: 0,
     emergency_mode: false, reconcile_corrections: 0, connections_active: 2, connections_peak: 5,
-    connections_rejected: 0, request_rate: 10, cost_rate: 40, ...over }
+    connections_rejected: 0, request_rate: 10, cost_rate: 40, bytes_in_rate: 1024, bytes_out_rate: 65536, ...over }
 }
 
 function snapshot(t: number, over: { range?: TimeRange; clusters?: ClusterState[] } = {}): DashboardData {
   return {
     overview: { total_apps: 4, active_apps: 3, total_requests_1h: 1000, total_cost_1h: 5000,
-      l1_available_ratio: 0.8, emergency_mode: false },
+      l1_available_ratio: 0.8, emergency_mode: false, total_bytes_in_1h: 0, total_bytes_out_1h: 0 },
     metrics: {
       request_rate: [{ timestamp: t, value: t }],
       cost_rate: [{ timestamp: t, value: 2 * t }],
+      bytes_in_rate: [],
+      bytes_out_rate: [],
       cost_distribution: { buckets: [] },
       token_availability: { l1: 0.8, l2_avg: 0.5, l3_cache_hit: 0.99 },
       connection_stats: { active: 3, peak: 9, rejected_1h: 0, leaked_1h: null },
@@ -24,7 +26,7 @@ function snapshot(t: number, over: { range?: TimeRange; clusters?: ClusterState[
     top_apps: [],
     alerts: [],
     redis_health: { status: 'healthy', latency_p99: 1.2, connection_pool_usage: 0.1 },
-    clusters: over.clusters ?? [cluster('a'), cluster('b', { request_rate: 5, cost_rate: 1 })],
+    clusters: over.clusters ?? [cluster('a'), cluster('b', { request_rate: 5, cost_rate: 1, bytes_out_rate: 512 })],
     nodes: [],
     range: over.range ?? '1h',
     config_version: 7,
@@ -49,7 +51,7 @@ describe('metrics store', () => {
     expect(m.range).toBe('6h')
     expect(m.overview?.total_apps).toBe(4)
     expect(m.series.request).toEqual([{ timestamp: 100, value: 100 }])
-    expect(m.rates).toEqual({ request: 15, cost: 41 })
+    expect(m.rates).toEqual({ request: 15, cost: 41, bytesIn: 2048, bytesOut: 66048 })
     expect(m.configVersion).toBe(7)
     expect(m.error).toBeNull()
     expect(m.updatedAt).toBeGreaterThan(0)

@@ -30,9 +30,11 @@ export const useMetricsStore = defineStore('metrics', () => {
   const configVersion = ref<number | null>(null)
 
   const overview = computed(() => dashboard.value?.overview ?? null)
-  /** requests/s and cost/s now, summed over clusters */
+  /** requests/s, cost/s and bytes/s in and out now, summed over clusters */
   const rates = computed(() => (dashboard.value?.clusters ?? []).reduce(
-    (r, c) => ({ request: r.request + c.request_rate, cost: r.cost + c.cost_rate }), { request: 0, cost: 0 }))
+    (r, c) => ({ request: r.request + c.request_rate, cost: r.cost + c.cost_rate,
+      bytesIn: r.bytesIn + (c.bytes_in_rate ?? 0), bytesOut: r.bytesOut + (c.bytes_out_rate ?? 0) }),
+    { request: 0, cost: 0, bytesIn: 0, bytesOut: 0 }))
   const unacknowledged = computed(() => alerts.value.filter((a) => !a.acknowledged).length)
   const emergencyClusters = computed(() => emergency.value.filter((e) => e.active))
   const emergencyActive = computed(() => emergencyClusters.value.length > 0)

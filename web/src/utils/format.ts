@@ -17,6 +17,27 @@ export function ratio(v: number | undefined | null, digits = 1): string {
   return v === undefined || v === null ? '–' : pct(v * 100, digits)
 }
 
+const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB']
+
+/** Bytes in powers of 1024 ("1.50 MiB"): the gateway prices bandwidth in 64 KiB units, so an app
+ *  paced to 100 tokens/s at C_bw 1 reads 6.25 MiB/s. */
+export function bytes(v: number | undefined | null): string {
+  if (v === undefined || v === null || Number.isNaN(v) || v < 0) return '–'
+  let u = 0
+  while (v >= 1024 && u < BYTE_UNITS.length - 1) {
+    v /= 1024
+    u++
+  }
+  const digits = u === 0 || v >= 100 ? 0 : v >= 10 ? 1 : 2
+  return `${v.toFixed(digits)} ${BYTE_UNITS[u]}`
+}
+
+/** Bytes per second: "512 B/s", "1.25 MiB/s". */
+export function byteRate(v: number | undefined | null): string {
+  const b = bytes(v)
+  return b === '–' ? b : `${b}/s`
+}
+
 export function ms(v: number | undefined | null): string {
   if (v === undefined || v === null || Number.isNaN(v)) return '–'
   return v < 10 ? `${v.toFixed(2)} ms` : `${Math.round(v)} ms`

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import type { Point } from '@/api/types'
 import { above, below, outliers, THRESHOLDS, worst } from './anomaly'
-import { duration, num, value } from './format'
+import { byteRate, bytes, duration, num, value } from './format'
 import { allows } from './permissions'
 import { fieldErrors, formField } from './violations'
 
@@ -58,5 +58,12 @@ describe('format', () => {
     expect([num(1234.5), num(25000), num(undefined)]).toEqual(['1,234.5', '25K', '–'])
     expect([duration(45), duration(300), duration(5400)]).toEqual(['45s', '5m', '1h 30m'])
     expect([value(undefined), value('x'), value(3), value(true)]).toEqual(['∅', 'x', '3', 'true'])
+  })
+  it('formats bytes and bytes/s in powers of 1024', () => {
+    expect([bytes(0), bytes(512), bytes(1023), bytes(1024), bytes(1536), bytes(10 * 1024 + 512)])
+      .toEqual(['0 B', '512 B', '1023 B', '1.00 KiB', '1.50 KiB', '10.5 KiB'])
+    expect([bytes(100 * 65536), bytes(3 * 1024 ** 3), bytes(2 * 1024 ** 5), bytes(-1), bytes(null)])
+      .toEqual(['6.25 MiB', '3.00 GiB', '2048 TiB', '–', '–'])
+    expect([byteRate(100 * 65536), byteRate(250), byteRate(undefined)]).toEqual(['6.25 MiB/s', '250 B/s', '–'])
   })
 })

@@ -653,7 +653,7 @@ func TestNginxOwnAnswersAreS3XML(t *testing.T) {
 			{"virtual-hosted, above the root", "PUT /../k HTTP/1.1\r\nHost: bkt.s3.localhost\r\nContent-Length: 0\r\n\r\n", 400, "InvalidURI", "/../k"},
 			{"two Host headers", "GET /bkt/k HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "BadRequest", "/bkt/k"},
 			{"header section too large", "GET /bkt/k HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 10000) + "\r\n\r\n", 400, "RequestHeaderSectionTooLarge", "/bkt/k"},
-			{"request line too long", "GET " + long + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, "InvalidURI", ""},
+			{"request line too long", "GET " + long + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, "InvalidURI", long},
 			{"unknown transfer coding", "PUT /bkt/k HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "NotImplemented", "/bkt/k"},
 		} {
 			status, hdr, body, _ := rawExchange(t, g, c.head)

@@ -30,7 +30,8 @@ end)
 describe("the page of a status", function()
     it("keeps S3's code for each status nginx answers", function()
         local want = {
-            [400] = "BadRequest", [405] = "MethodNotAllowed", [408] = "RequestTimeout",
+            [400] = "BadRequest", [404] = "NoSuchBucket", [405] = "MethodNotAllowed",
+            [408] = "RequestTimeout",
             [411] = "MissingContentLength", [413] = "EntityTooLarge", [414] = "InvalidURI",
             [500] = "InternalError", [501] = "NotImplemented", [502] = "ServiceUnavailable",
             [503] = "ServiceUnavailable", [504] = "RequestTimeout", [505] = "NotImplemented",

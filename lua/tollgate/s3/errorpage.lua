@@ -1,10 +1,10 @@
--- nginx's own answers in S3's XML error dialect: the content handler of the named locations
--- that nginx/tollgate_s3_errors.conf sends nginx's error pages to (a request line or header
--- nginx cannot parse, a backend that is down or too slow, an error of the gateway itself). The
--- status stays nginx's; the body is <Error><Code>…</Code><Message>…</Message><Resource>…
--- </Resource><RequestId>…</RequestId></Error>, the codes those S3 servers use (docs/s3.md,
--- "Errors nginx answers itself"). An answer tollgate or the backend already gave is never one of
--- these: nginx sends an error page only for an answer it makes up itself.
+-- nginx's own answers in S3's XML error dialect: the content handler (tollgate.handler's
+-- s3_error) of the named locations that nginx/tollgate_s3_errors.conf sends nginx's error pages
+-- to (a request line or header nginx cannot parse, a backend that is down or too slow, an error
+-- of the gateway itself). The status stays nginx's; the body is <Error><Code>…</Code><Message>…
+-- </Message><Resource>…</Resource><RequestId>…</RequestId></Error>, with the codes S3 servers
+-- use (docs/s3.md, "Errors nginx answers itself"). An answer tollgate or the backend already
+-- gave is never one of these: nginx sends an error page only for an answer it makes up itself.
 -- page() and climbs() are pure Lua; run() uses ngx.
 local s3 = require("tollgate.s3")
 
@@ -19,6 +19,7 @@ local _M = {}
 -- status -> S3 code, message (AWS S3's messages where S3 has the code)
 local PAGES = {
     [400] = { "BadRequest", "An error occurred when parsing the HTTP request." },
+    [404] = { "NoSuchBucket", "The specified bucket does not exist." },
     [405] = { "MethodNotAllowed", "The specified method is not allowed against this resource." },
     [408] = { "RequestTimeout", "Your socket connection to the server was not read from or "
         .. "written to within the timeout period. Idle connections will be closed." },
@@ -108,7 +109,7 @@ function _M.run(which)
         status = 500
     end
     local uri = var.request_uri
-    local line = var.request_line
+    local line = var.request       -- the request line
     local p = _M.page(status, which, uri, line)
     local target = (uri ~= nil and uri ~= "") and uri or _M.target(line)
     local header = ngx.header

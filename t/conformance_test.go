@@ -81,6 +81,10 @@ type req struct {
 	payload                    string // x-amz-content-sha256 ("": the body's SHA-256)
 	chunked                    bool   // Transfer-Encoding: chunked (no Content-Length)
 	codeOnly                   bool   // see exchange.codeOnly
+	// early: the backend may answer before it reads the body and close the connection while the
+	// client still sends it (the client then sees a transport error, not the answer): sent again,
+	// at most three times in all, after a transport error
+	early bool
 }
 
 func newConfTarget(name, base string) *confTarget {
@@ -164,17 +168,23 @@ func (c *cc) sign(hr *http.Request, payload string, at time.Time) {
 // do sends r (signed unless anonymous) and records its answer.
 func (c *cc) do(r req) int {
 	c.t.Helper()
-	hr := c.build(r)
-	if !r.anonymous {
-		p := r.payload
-		if p == "" {
-			p = sha256hex(r.body)
+	for attempt := 1; ; attempt++ {
+		hr := c.build(r)
+		if !r.anonymous {
+			p := r.payload
+			if p == "" {
+				p = sha256hex(r.body)
+			}
+			c.sign(hr, p, time.Now().UTC())
 		}
-		c.sign(hr, p, time.Now().UTC())
+		n := c.send(r.label, hr)
+		c.log[len(c.log)-1].codeOnly = r.codeOnly
+		if n != -1 || !r.early || attempt == 3 {
+			return n
+		}
+		c.t.Logf("%s (%s): %s; sent again", r.label, c.tg.name, c.log[len(c.log)-1].body)
+		c.log = c.log[:len(c.log)-1]
 	}
-	n := c.send(r.label, hr)
-	c.log[len(c.log)-1].codeOnly = r.codeOnly
-	return n
 }
 
 func (c *cc) send(label string, hr *http.Request) int {
@@ -310,6 +320,8 @@ var confIgnored = regexp.MustCompile(`(?i)^(date|server|connection|keep-alive|x-
 var (
 	confTimeTags = regexp.MustCompile(`<(LastModified|Initiated|CreationDate|ServerTime|Expires|RequestId|HostId)>[^<]*</`)
 	confIDTags   = regexp.MustCompile(`<(UploadId|VersionId|NextUploadIdMarker|UploadIdMarker|NextVersionIdMarker|VersionIdMarker)>([^<]*)</`)
+	confTagSet   = regexp.MustCompile(`<TagSet>(?:<Tag>.*?</Tag>)*</TagSet>`)
+	confTag      = regexp.MustCompile(`<Tag>.*?</Tag>`)
 	confDiag     = regexp.MustCompile(`<(StringToSign|StringToSignBytes|CanonicalRequest|CanonicalRequestBytes|SignatureProvided)>[^<]*</`)
 )
 
@@ -356,9 +368,15 @@ func (c *cc) normalise(label string, resp *http.Response, body []byte) exchange 
 		p := confIDTags.FindStringSubmatch(m)
 		return "<" + p[1] + ">" + c.tg.id(p[2]) + "</"
 	})
-	if s != string(body) {
-		// ids and times of other lengths: the length is checked against the body, which is
-		// compared normalised
+	// a tag set has no order (versitygw keeps tags in a map): its tags sorted
+	s = confTagSet.ReplaceAllStringFunc(s, func(m string) string {
+		tags := confTag.FindAllString(m, -1)
+		sort.Strings(tags)
+		return "<TagSet>" + strings.Join(tags, "") + "</TagSet>"
+	})
+	if s != string(body) || confTagSet.MatchString(s) {
+		// ids and times of other lengths, tags in another order: the length is checked against
+		// the body, which is compared normalised
 		if cl, ok := e.header["content-length"]; ok {
 			if cl == strconv.Itoa(len(body)) {
 				e.header["content-length"] = "(the body's length)"
@@ -703,9 +721,11 @@ func confCases() []confCase {
 			c.do(req{label: "get t2", method: "GET", path: b + "/t2"})
 			c.trailing("a wrong checksum in the trailer", b+"/t3", data, false, true)
 			// S3 refuses an upload of no announced size 411 MissingContentLength; the gateway answers
-			// that itself, before the body (by design: status, Content-Type and code compared)
+			// that itself, before the body (by design: status, Content-Type and code compared).
+			// versitygw answers it before it reads the body and closes the connection: the client
+			// now and then sees that close instead of the answer (early)
 			c.do(req{label: "plain chunked body, signed", method: "PUT", path: b + "/s4", body: data, chunked: true,
-				codeOnly: true})
+				codeOnly: true, early: true})
 			c.do(req{label: "get s4", method: "GET", path: b + "/s4"})
 		}},
 		{"delete-objects", func(c *cc) {

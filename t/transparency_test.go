@@ -698,3 +698,52 @@ func TestNginxOwnAnswersAreS3XML(t *testing.T) {
 		}
 	})
 }
+
+// An S3 upload sent chunked without any length is refused 411 MissingContentLength by the
+// gateway, before the body and before the backend (which would answer the same before reading
+// the body, a race nginx now and then turned into a 502); an aws-chunked upload with its decoded
+// length, and a chunked upload named by the app header, go through.
+func TestChunkedUploadWithoutLengthIs411(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putAccessKey(akidP1, "demo-p1")
+	waitKnown(t, g, akidP1)
+	hits := func() int {
+		var h struct{ Hits int }
+		g.T("backend_hits", &h)
+		return h.Hits
+	}
+	auth := sigV4(akidP1)
+	before := hits()
+	for _, path := range []string{"/bkt/k", "/bkt/k?partNumber=1&uploadId=u1"} {
+		r := g.Do("PUT", path, "", strings.NewReader(strings.Repeat("x", 70000)),
+			map[string]string{"Authorization": auth, "Transfer-Encoding": "chunked"})
+		if e := parseS3Error(t, r); r.Status != 411 || e.Code != "MissingContentLength" ||
+			r.Header.Get("X-Tollgate-Reason") != "missing_content_length" {
+			t.Fatalf("chunked PUT %s without a length: %d %q", path, r.Status, r.Body)
+		}
+	}
+	// waiting for 100 Continue: the answer comes first, on a connection then closed
+	status, _, body, closed := rawExchange(t, g, "PUT /bkt/k HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "+auth+
+		"\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+	if !strings.HasPrefix(status, "411") || !closed || !strings.Contains(body, "<Code>MissingContentLength</Code>") {
+		t.Fatalf("chunked PUT waiting for 100 Continue: %q closed %v %q", status, closed, body)
+	}
+	if n := hits() - before; n != 0 {
+		t.Fatalf("the backend saw %d of the refused uploads", n)
+	}
+	// an aws-chunked upload with its decoded length, and one named by the app header, pass
+	r := g.Do("PUT", "/bkt/k2", "", strings.NewReader("5\r\nhello\r\n0\r\n\r\n"), map[string]string{
+		"Authorization": auth, "Transfer-Encoding": "chunked", "X-Amz-Decoded-Content-Length": "5",
+		"X-Amz-Content-Sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "Content-Encoding": "aws-chunked"})
+	if r.Status != 200 {
+		t.Fatalf("aws-chunked PUT with its decoded length: %d %q", r.Status, r.Body)
+	}
+	if r := g.Do("PUT", "/bkt/k3", "demo-p0", strings.NewReader("plain"),
+		map[string]string{"Transfer-Encoding": "chunked"}); r.Status != 200 {
+		t.Fatalf("chunked PUT named by the app header: %d %q", r.Status, r.Body)
+	}
+	if n := hits() - before; n != 2 {
+		t.Fatalf("the backend saw %d uploads, want the 2 admitted", n)
+	}
+}

@@ -112,11 +112,13 @@ function _M.run(which)
     local line = var.request       -- the request line
     local p = _M.page(status, which, uri, line)
     local target = (uri ~= nil and uri ~= "") and uri or _M.target(line)
+    local body = s3.error_xml(p[1], p[2], s3.raw_path(target), var.request_id)
     local header = ngx.header
     header["Content-Type"] = "application/xml"
+    header["Content-Length"] = #body
     header["Cache-Control"] = "no-store"
     ngx.status = status
-    ngx.print(s3.error_xml(p[1], p[2], s3.raw_path(target), var.request_id))
+    ngx.print(body)
 end
 
 return _M

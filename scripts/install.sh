@@ -58,7 +58,8 @@ install -m 0644 "$repo"/redis-scripts/*.lua "$DESTDIR$SHAREDIR/redis-scripts/"
 # the includes, with the package path pointing at the installed Lua instead of <prefix>/lua
 sed -e "s|^lua_package_path .*|lua_package_path \"$SHAREDIR/lua/?.lua;;\";|" \
     "$repo/nginx/tollgate_http.conf" > "$DESTDIR$SHAREDIR/nginx/tollgate_http.conf"
-install -m 0644 "$repo/nginx/tollgate_location.conf" "$repo/nginx/tollgate_env.conf" "$DESTDIR$SHAREDIR/nginx/"
+install -m 0644 "$repo/nginx/tollgate_location.conf" "$repo/nginx/tollgate_s3_errors.conf" \
+    "$repo/nginx/tollgate_env.conf" "$DESTDIR$SHAREDIR/nginx/"
 chmod 0644 "$DESTDIR$SHAREDIR/nginx/tollgate_http.conf"
 rm -rf "$DESTDIR$SHAREDIR/deploy"
 mkdir -p "$DESTDIR$SHAREDIR/deploy"

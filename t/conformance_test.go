@@ -81,6 +81,10 @@ type req struct {
 	payload                    string // x-amz-content-sha256 ("": the body's SHA-256)
 	chunked                    bool   // Transfer-Encoding: chunked (no Content-Length)
 	codeOnly                   bool   // see exchange.codeOnly
+	// early: the backend may answer before it reads the body and close the connection while the
+	// client still sends it (the client then sees a transport error, not the answer): sent again,
+	// at most three times in all, after a transport error
+	early bool
 }
 
 func newConfTarget(name, base string) *confTarget {
@@ -164,17 +168,23 @@ func (c *cc) sign(hr *http.Request, payload string, at time.Time) {
 // do sends r (signed unless anonymous) and records its answer.
 func (c *cc) do(r req) int {
 	c.t.Helper()
-	hr := c.build(r)
-	if !r.anonymous {
-		p := r.payload
-		if p == "" {
-			p = sha256hex(r.body)
+	for attempt := 1; ; attempt++ {
+		hr := c.build(r)
+		if !r.anonymous {
+			p := r.payload
+			if p == "" {
+				p = sha256hex(r.body)
+			}
+			c.sign(hr, p, time.Now().UTC())
 		}
-		c.sign(hr, p, time.Now().UTC())
+		n := c.send(r.label, hr)
+		c.log[len(c.log)-1].codeOnly = r.codeOnly
+		if n != -1 || !r.early || attempt == 3 {
+			return n
+		}
+		c.t.Logf("%s (%s): %s; sent again", r.label, c.tg.name, c.log[len(c.log)-1].body)
+		c.log = c.log[:len(c.log)-1]
 	}
-	n := c.send(r.label, hr)
-	c.log[len(c.log)-1].codeOnly = r.codeOnly
-	return n
 }
 
 func (c *cc) send(label string, hr *http.Request) int {
@@ -310,6 +320,8 @@ var confIgnored = regexp.MustCompile(`(?i)^(date|server|connection|keep-alive|x-
 var (
 	confTimeTags = regexp.MustCompile(`<(LastModified|Initiated|CreationDate|ServerTime|Expires|RequestId|HostId)>[^<]*</`)
 	confIDTags   = regexp.MustCompile(`<(UploadId|VersionId|NextUploadIdMarker|UploadIdMarker|NextVersionIdMarker|VersionIdMarker)>([^<]*)</`)
+	confTagSet   = regexp.MustCompile(`<TagSet>(?:<Tag>.*?</Tag>)*</TagSet>`)
+	confTag      = regexp.MustCompile(`<Tag>.*?</Tag>`)
 	confDiag     = regexp.MustCompile(`<(StringToSign|StringToSignBytes|CanonicalRequest|CanonicalRequestBytes|SignatureProvided)>[^<]*</`)
 )
 
@@ -356,9 +368,15 @@ func (c *cc) normalise(label string, resp *http.Response, body []byte) exchange 
 		p := confIDTags.FindStringSubmatch(m)
 		return "<" + p[1] + ">" + c.tg.id(p[2]) + "</"
 	})
-	if s != string(body) {
-		// ids and times of other lengths: the length is checked against the body, which is
-		// compared normalised
+	// a tag set has no order (versitygw keeps tags in a map): its tags sorted
+	s = confTagSet.ReplaceAllStringFunc(s, func(m string) string {
+		tags := confTag.FindAllString(m, -1)
+		sort.Strings(tags)
+		return "<TagSet>" + strings.Join(tags, "") + "</TagSet>"
+	})
+	if s != string(body) || confTagSet.MatchString(s) {
+		// ids and times of other lengths, tags in another order: the length is checked against
+		// the body, which is compared normalised
 		if cl, ok := e.header["content-length"]; ok {
 			if cl == strconv.Itoa(len(body)) {
 				e.header["content-length"] = "(the body's length)"
@@ -702,7 +720,12 @@ func confCases() []confCase {
 			c.trailing("checksum trailer as Transfer-Encoding: chunked", b+"/t2", data, true, false)
 			c.do(req{label: "get t2", method: "GET", path: b + "/t2"})
 			c.trailing("a wrong checksum in the trailer", b+"/t3", data, false, true)
-			c.do(req{label: "plain chunked body, signed", method: "PUT", path: b + "/s4", body: data, chunked: true})
+			// S3 refuses an upload of no announced size 411 MissingContentLength; the gateway answers
+			// that itself, before the body (by design: status, Content-Type and code compared).
+			// versitygw answers it before it reads the body and closes the connection: the client
+			// now and then sees that close instead of the answer (early)
+			c.do(req{label: "plain chunked body, signed", method: "PUT", path: b + "/s4", body: data, chunked: true,
+				codeOnly: true, early: true})
 			c.do(req{label: "get s4", method: "GET", path: b + "/s4"})
 		}},
 		{"delete-objects", func(c *cc) {
@@ -802,21 +825,60 @@ func confCases() []confCase {
 // confKnownDifferences are the requests (case/label) whose answers the gateway still changes,
 // each with the gateway behaviour that changes it. The list is exact: a listed request that no
 // longer differs fails the suite too, so that the entry goes with the fix.
-var confKnownDifferences = map[string]string{
-	// the backend answers 411 MissingContentLength as soon as it sees a chunked PUT without a
-	// length and closes the connection while nginx is still streaming the body to it: when the
-	// close wins the race, nginx reports the failed send as 502 instead of relaying the 411 (an
-	// upload the backend refuses before reading its body; docs/s3.md, "A backend that answers
-	// early"). A race: confRacyDifferences lets it pass either way.
-	"streaming/plain chunked body, signed": "nginx turns an early answer to a streamed body into 502",
-	// the gateway counts a DeleteObjects body's keys before it charges the request, so it
-	// answers a malformed body itself, with S3's own MalformedXML (versitygw: InvalidRequest)
-	"delete-objects/malformed": "the gateway refuses malformed DeleteObjects XML as S3 does",
-}
+var confKnownDifferences = map[string]string{}
 
 // confRacyDifferences are the known differences that depend on a race: they may or may not
 // differ in a run.
-var confRacyDifferences = map[string]bool{"streaming/plain chunked body, signed": true}
+var confRacyDifferences = map[string]bool{}
+
+// confS3Answer is the answer S3 (AWS) gives to a request: its status and error code.
+type confS3Answer struct {
+	status int
+	code   string
+	why    string
+}
+
+// confBackendDeviations are the requests the gateway answers itself, before it charges them, where
+// the backend behind it answers otherwise than S3 does: through the gateway the answer must be
+// S3's, and the backend's must still differ (an entry goes once the backend answers as S3 does).
+var confBackendDeviations = map[string]confS3Answer{
+	// the gateway counts a DeleteObjects body's keys before it charges the request and refuses a
+	// body that is not well-formed with S3's MalformedXML (docs/s3.md, "Reading bodies");
+	// versitygw answers a body it cannot unmarshal 400 InvalidRequest
+	"delete-objects/malformed": {400, "MalformedXML", "versitygw answers InvalidRequest"},
+}
+
+// checkDeviations checks the requests of confBackendDeviations of a case (direct first, gateway
+// second) and returns the labels it checked.
+func checkDeviations(t *testing.T, name string, direct, gateway []exchange) map[string]bool {
+	t.Helper()
+	checked := map[string]bool{}
+	for i := 0; i < len(direct) && i < len(gateway); i++ {
+		want, ok := confBackendDeviations[name+"/"+direct[i].label]
+		if !ok {
+			continue
+		}
+		checked[direct[i].label] = true
+		d, g := direct[i], gateway[i]
+		if g.status != want.status || errorCode(g.body) != want.code || g.header["content-type"] != "application/xml" {
+			t.Errorf("%s: through the gateway %d %q (%s), want S3's %d %s", d.label, g.status, errorCode(g.body),
+				g.header["content-type"], want.status, want.code)
+		}
+		if d.status == want.status && errorCode(d.body) == want.code {
+			t.Errorf("%s: the backend now answers as S3 does (%d %s): remove it from confBackendDeviations",
+				d.label, d.status, want.code)
+		} else {
+			t.Logf("the backend deviates from S3 (%s): %d %s directly, %d %s through the gateway", want.why,
+				d.status, errorCode(d.body), g.status, errorCode(g.body))
+		}
+	}
+	for key := range confBackendDeviations {
+		if strings.HasPrefix(key, name+"/") && !checked[strings.TrimPrefix(key, name+"/")] {
+			t.Errorf("%s: no such request in the case", key)
+		}
+	}
+	return checked
+}
 
 // confSide is a versitygw, the base URL the suite talks to, and how to make a bucket there.
 type confSide struct {
@@ -883,8 +945,12 @@ func TestS3ConformanceThroughTheGatewayMatchesTheBackend(t *testing.T) {
 			}
 			var unexpected []string
 			seen := map[string]bool{}
+			deviating := checkDeviations(t, cs.name, logs[0], logs[1])
 			for _, d := range diffTranscripts(logs[0], logs[1]) {
 				key := cs.name + "/" + d.label
+				if deviating[d.label] {
+					continue
+				}
 				if why, ok := confKnownDifferences[key]; ok {
 					seen[key] = true
 					t.Logf("known difference (%s): %s", why, d.text)

@@ -81,6 +81,7 @@ func TestDistTarballUnpacksVerifiesAndRuns(t *testing.T) {
 		"usr/bin/tollgate-controlplane", "usr/bin/tollgate-demo-s3",
 		"usr/share/tollgate/lua/tollgate/handler.lua", "usr/share/tollgate/lua/tollgate_build.lua",
 		"usr/share/tollgate/nginx/tollgate_http.conf", "usr/share/tollgate/nginx/tollgate_location.conf",
+		"usr/share/tollgate/nginx/tollgate_s3_errors.conf",
 		"usr/share/tollgate/redis-scripts/_common.lua", "usr/share/tollgate/console/index.html",
 		"usr/share/tollgate/deploy/prometheus/tollgate-alerts.yml",
 		"usr/lib/systemd/system/tollgate-controlplane.service", "etc/tollgate/gateway.env",

@@ -98,6 +98,7 @@ func TestInstallLayoutAndUnits(t *testing.T) {
 		"usr/share/tollgate/redis-scripts/_common.lua":         0o644,
 		"usr/share/tollgate/nginx/tollgate_http.conf":          0o644,
 		"usr/share/tollgate/nginx/tollgate_location.conf":      0o644,
+		"usr/share/tollgate/nginx/tollgate_s3_errors.conf":     0o644,
 		"usr/lib/systemd/system/tollgate-controlplane.service": 0o644,
 		"usr/lib/systemd/system/nginx.service.d/tollgate.conf": 0o644,
 		"etc/tollgate/controlplane.env":                        0o640, // secrets: not world-readable

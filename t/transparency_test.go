@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"encoding/xml"
 	"fmt"
 	"io"
 	"math"
@@ -535,4 +536,253 @@ func TestBreakerRefusalBeforeTheBody(t *testing.T) {
 		t.Fatalf("breaker refusal of an upload: %q closed %v %q", status, closed, body)
 	}
 	checkRetryHints(t, hdr)
+}
+
+// silentBackend accepts connections and reads requests, and never answers.
+func silentBackend(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// checkNginxPage: an answer nginx made up itself, in S3's dialect: the status, the code, the
+// resource (a trailing "*": a prefix of it) and a request id, never tollgate's reason header.
+func checkNginxPage(t *testing.T, what string, status int, hdr http.Header, body []byte, wantStatus int,
+	code, resource string) {
+	t.Helper()
+	var e s3Error
+	if status != wantStatus || hdr.Get("Content-Type") != "application/xml" || xml.Unmarshal(body, &e) != nil ||
+		e.Code != code || !(e.Resource == resource || strings.HasSuffix(resource, "*") &&
+		strings.HasPrefix(e.Resource, strings.TrimSuffix(resource, "*"))) || e.RequestID == "" ||
+		hdr.Get("X-Tollgate-Reason") != "" {
+		t.Fatalf("%s: %d %s %q (X-Tollgate-Reason %q); want %d, S3 XML %s for %s with a request id", what, status,
+			hdr.Get("Content-Type"), body, hdr.Get("X-Tollgate-Reason"), wantStatus, code, resource)
+	}
+}
+
+// accessLogged is the $tg_s of the last access-log line of status and uri ("" when none).
+func accessLogged(g *harness.Gateway, status int, uri string) (string, bool) {
+	lines := g.AccessLog()
+	for i := len(lines) - 1; i >= 0; i-- {
+		f := strings.Fields(lines[i])
+		if len(f) >= 4 && f[1] == strconv.Itoa(status) && f[2] == uri {
+			return f[3], true
+		}
+	}
+	return "", false
+}
+
+// Every answer nginx makes up itself on the S3 server is S3's XML error with nginx's status: a
+// backend that is down (502) or silent (504), a request line or header nginx cannot parse
+// (400, 414). An admitted request the backend failed still runs tollgate's log phase (refunded,
+// counted), and the answers of tollgate and of the backend pass unchanged.
+func TestNginxOwnAnswersAreS3XML(t *testing.T) {
+	tiny := app("tiny", 1, 1)
+	s := newStack(t, stackOptions{apps: appsOf(tiny)})
+	g := s.gw()
+	s.putAccessKey("AKIATINYTINYTINY", "tiny")
+	down := harness.StartGateway(t, harness.GatewayOptions{RedisURL: s.gwURL, Workers: 1,
+		Backend: "127.0.0.1:" + strconv.Itoa(harness.FreePort(t))})
+	slow := harness.StartGateway(t, harness.GatewayOptions{RedisURL: s.gwURL, Workers: 1, Backend: silentBackend(t),
+		ExtraHTTP: "proxy_read_timeout 1s;"})
+
+	t.Run("backend down: 502", func(t *testing.T) {
+		var r *harness.Response
+		eventually(t, "an admitted GET answered 502", func() bool {
+			r = down.Do("GET", "/bkt/k", "demo-p0", nil, nil)
+			return r.Status == 502 && r.Header.Get("X-RateLimit-Cost") == "1"
+		})
+		checkNginxPage(t, "GET", r.Status, r.Header, r.Body, 502, "ServiceUnavailable", "/bkt/k")
+		// the request's log phase ran: refunded ($tg_s 0, not "-") and counted
+		eventually(t, "the 502 logged as refunded", func() bool {
+			settled, ok := accessLogged(down, 502, "/bkt/k")
+			return ok && settled == "0"
+		}, func() { t.Logf("access log: %q", down.AccessLog()) })
+		eventually(t, "the 502 counted", func() bool {
+			return seriesSum(t, down, "ratelimit_requests_total", `app_id="demo-p0"`, `status="502"`) >= 1
+		})
+		if r := down.Do("HEAD", "/bkt/k", "demo-p0", nil, nil); r.Status != 502 || len(r.Body) != 0 {
+			t.Fatalf("HEAD: %d %q, want 502 without a body", r.Status, r.Body)
+		}
+		r = down.Do("PUT", "/bkt/up", "demo-p0", strings.NewReader(strings.Repeat("x", 100000)),
+			map[string]string{"Transfer-Encoding": "chunked"})
+		checkNginxPage(t, "streamed PUT", r.Status, r.Header, r.Body, 502, "ServiceUnavailable", "/bkt/up")
+	})
+
+	t.Run("backend silent: 504", func(t *testing.T) {
+		var r *harness.Response
+		eventually(t, "an admitted GET answered 504", func() bool {
+			r = slow.Do("GET", "/bkt/k", "demo-p0", nil, nil)
+			return r.Status == 504 && r.Header.Get("X-RateLimit-Cost") == "1"
+		})
+		checkNginxPage(t, "GET", r.Status, r.Header, r.Body, 504, "RequestTimeout", "/bkt/k")
+	})
+
+	t.Run("requests nginx cannot parse", func(t *testing.T) {
+		long := "/bkt/" + strings.Repeat("k", 9000)
+		for _, c := range []struct {
+			what, head     string
+			status         int
+			code, resource string
+		}{
+			{"dot-segments above the root", "GET /bkt/../../k HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400, "InvalidURI", "/bkt/../../k"},
+			{"encoded dot-segments above the root", "GET /bkt/%2E%2E/%2e%2e/k HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 400, "InvalidURI", "/bkt/%2E%2E/%2e%2e/k"},
+			{"virtual-hosted, above the root", "PUT /../k HTTP/1.1\r\nHost: bkt.s3.localhost\r\nContent-Length: 0\r\n\r\n", 400, "InvalidURI", "/../k"},
+			{"two Host headers", "GET /bkt/k HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "BadRequest", "/bkt/k"},
+			{"header section too large", "GET /bkt/k HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("b", 10000) + "\r\n\r\n", 400, "RequestHeaderSectionTooLarge", "/bkt/k"},
+			{"request line too long", "GET " + long + " HTTP/1.1\r\nHost: a\r\n\r\n", 414, "InvalidURI", "/bkt/kkkk*"},
+			{"unknown transfer coding", "PUT /bkt/k HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "NotImplemented", "/bkt/k"},
+		} {
+			status, hdr, body, _ := rawExchange(t, g, c.head)
+			code, _ := strconv.Atoi(strings.Fields(status)[0])
+			checkNginxPage(t, c.what, code, hdr, []byte(body), c.status, c.code, c.resource)
+		}
+	})
+
+	t.Run("tollgate's and the backend's answers pass unchanged", func(t *testing.T) {
+		// tollgate's JSON 400 and S3 413 (statuses nginx's error pages also cover)
+		r := g.Do("GET", "/bkt/k", "bad id!", nil, nil)
+		if r.Status != 400 || r.Header.Get("Content-Type") != "application/json" ||
+			!strings.Contains(string(r.Body), `"reason":"invalid_app_id"`) {
+			t.Fatalf("tollgate's JSON refusal: %d %s %q", r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+		// tollgate's SlowDown (503): the tiny app's one token taken first
+		auth := map[string]string{"Authorization": sigV4("AKIATINYTINYTINY")}
+		eventually(t, "a SlowDown of tollgate", func() bool {
+			r = g.Do("GET", "/bkt/k", "", nil, auth)
+			return r.Status == 503
+		})
+		if e := parseS3Error(t, r); e.Code != "SlowDown" || r.Header.Get("X-Tollgate-Reason") == "" {
+			t.Fatalf("tollgate's SlowDown: %d %q", r.Status, r.Body)
+		}
+		for _, expect := range []string{"Connection: close\r\n", "Expect: 100-continue\r\n"} {
+			status, _, body, closed := rawExchange(t, g, "PUT /bkt/big HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "+
+				auth["Authorization"]+"\r\nContent-Length: 6000000000\r\n"+expect+"\r\n")
+			if !strings.HasPrefix(status, "413") || !strings.Contains(body, "<ProposedSize>6000000000</ProposedSize>") {
+				t.Fatalf("tollgate's EntityTooLarge (%q): %s %q", expect, status, body)
+			}
+			// the raw answer before 100 Continue is the connection's last: no error page after it
+			if strings.HasPrefix(expect, "Expect") && !closed {
+				t.Fatalf("tollgate's EntityTooLarge before 100 Continue: more bytes followed on the connection")
+			}
+		}
+		// the backend's own 500 (nginx's HTML of the test backend) reaches the client as it is
+		r = g.Do("GET", "/bkt/k?code=500", "demo-p0", nil, nil)
+		if r.Status != 500 || !strings.Contains(r.Header.Get("Content-Type"), "text/html") {
+			t.Fatalf("the backend's 500: %d %s %q", r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+	})
+}
+
+// An S3 upload sent chunked without any length is refused 411 MissingContentLength by the
+// gateway, before the body and before the backend (which would answer the same before reading
+// the body, a race nginx now and then turned into a 502); an aws-chunked upload with its decoded
+// length, and a chunked upload named by the app header, go through.
+func TestChunkedUploadWithoutLengthIs411(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	g := s.gw()
+	s.putAccessKey(akidP1, "demo-p1")
+	waitKnown(t, g, akidP1)
+	hits := func() int {
+		var h struct{ Hits int }
+		g.T("backend_hits", &h)
+		return h.Hits
+	}
+	auth := sigV4(akidP1)
+	before := hits()
+	for _, path := range []string{"/bkt/k", "/bkt/k?partNumber=1&uploadId=u1"} {
+		r := g.Do("PUT", path, "", strings.NewReader(strings.Repeat("x", 70000)),
+			map[string]string{"Authorization": auth, "Transfer-Encoding": "chunked"})
+		if e := parseS3Error(t, r); r.Status != 411 || e.Code != "MissingContentLength" ||
+			r.Header.Get("X-Tollgate-Reason") != "missing_content_length" {
+			t.Fatalf("chunked PUT %s without a length: %d %q", path, r.Status, r.Body)
+		}
+	}
+	// waiting for 100 Continue: the answer comes first, on a connection then closed
+	status, _, body, closed := rawExchange(t, g, "PUT /bkt/k HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "+auth+
+		"\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n")
+	if !strings.HasPrefix(status, "411") || !closed || !strings.Contains(body, "<Code>MissingContentLength</Code>") {
+		t.Fatalf("chunked PUT waiting for 100 Continue: %q closed %v %q", status, closed, body)
+	}
+	if n := hits() - before; n != 0 {
+		t.Fatalf("the backend saw %d of the refused uploads", n)
+	}
+	// an aws-chunked upload with its decoded length, and one named by the app header, pass
+	r := g.Do("PUT", "/bkt/k2", "", strings.NewReader("5\r\nhello\r\n0\r\n\r\n"), map[string]string{
+		"Authorization": auth, "Transfer-Encoding": "chunked", "X-Amz-Decoded-Content-Length": "5",
+		"X-Amz-Content-Sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "Content-Encoding": "aws-chunked"})
+	if r.Status != 200 {
+		t.Fatalf("aws-chunked PUT with its decoded length: %d %q", r.Status, r.Body)
+	}
+	if r := g.Do("PUT", "/bkt/k3", "demo-p0", strings.NewReader("plain"),
+		map[string]string{"Transfer-Encoding": "chunked"}); r.Status != 200 {
+		t.Fatalf("chunked PUT named by the app header: %d %q", r.Status, r.Body)
+	}
+	if n := hits() - before; n != 2 {
+		t.Fatalf("the backend saw %d uploads, want the 2 admitted", n)
+	}
+}
+
+// A retry that waits exactly x-amz-retry-after is admitted, also when the deficit is a few
+// milliseconds: the node remembers a refusal until its reset, never longer (a remembered
+// refusal that outlived its reset refused the retry again, with a hint of a millisecond: 17 of
+// 20 retries).
+func TestRetryAfterTheHintIsAdmitted(t *testing.T) {
+	// 300 tokens/s: a 6-token PUT refused on an empty bucket waits at most 20 ms
+	s := newStack(t, stackOptions{apps: appsOf(app("fast", 300, 300)), workers: 1})
+	g := s.gw()
+	put := func() *harness.Response { return g.Do("PUT", "/bkt/k", "fast", strings.NewReader("x"), nil) }
+	eventually(t, "the app admitted", func() bool { return put().Status == 200 })
+	refused, again := 0, 0
+	for i := 0; i < 20; i++ {
+		var r *harness.Response
+		for n := 0; n < 200; n++ { // the bucket emptied: PUTs until one is refused
+			if r = put(); r.Status != 200 {
+				break
+			}
+		}
+		if r.Status != 429 {
+			t.Fatalf("PUTs on an empty bucket: %d %q", r.Status, r.Body)
+		}
+		refused++
+		ms, err := strconv.Atoi(r.Header.Get("X-Amz-Retry-After"))
+		if err != nil || ms < 1 || ms > 40 {
+			t.Fatalf("x-amz-retry-after %q for a deficit of at most 6 tokens at 300/s", r.Header.Get("X-Amz-Retry-After"))
+		}
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		if r := put(); r.Status != 200 {
+			again++
+			t.Logf("the retry after %d ms: %d (x-amz-retry-after %s)", ms, r.Status, r.Header.Get("X-Amz-Retry-After"))
+		}
+	}
+	// (the lease's view of the app's tokens lags its other nodes' and its own unreported use by
+	// a sync: at most one in ten, the goal of 1.2 attempts per refusal)
+	if again*10 > refused {
+		t.Fatalf("%d of %d retries after the hinted wait were refused again", again, refused)
+	}
 }

@@ -28,6 +28,7 @@ local sigsecrets = require("tollgate.s3.sigsecrets")
 local access = require("tollgate.request.access")
 local log_phase = require("tollgate.request.log")
 local pace = require("tollgate.request.pace")
+local errorpage = require("tollgate.s3.errorpage")
 
 local cjson = require("cjson.safe")
 
@@ -238,6 +239,8 @@ _M.access = access.run
 _M.log = log_phase.run
 --- body_filter_by_lua (tollgate.request.pace).
 _M.body = pace.run
+--- content_by_lua of nginx/tollgate_s3_errors.conf's error pages (tollgate.s3.errorpage).
+_M.s3_error = errorpage.run
 
 -- Each module adds the gauges it owns (metrics.add_gauges); this one adds the build's.
 function _M.metrics()

@@ -247,6 +247,19 @@ function _M.operation(method, level, q, copy_source)
     return nil, "unsupported_method"
 end
 
+--- Whether an upload (PutObject, UploadPart) sent with `Transfer-Encoding` announces no size at
+-- all: neither Content-Length nor x-amz-decoded-content-length (headers: tollgate.request.headers).
+-- S3 (AWS, versitygw, MinIO) refuses it `411 MissingContentLength` before it reads the body; the
+-- gateway answers that itself, so that nginx never streams a body to a backend that already
+-- answered (docs/s3.md, "Bodies").
+function _M.length_required(op, headers)
+    if op ~= "PutObject" and op ~= "UploadPart" then
+        return false
+    end
+    return headers["transfer-encoding"] ~= nil and headers["content-length"] == nil
+        and tonumber(headers["x-amz-decoded-content-length"]) == nil
+end
+
 local XML_ESC = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",
                   ["'"] = "&apos;" }
 

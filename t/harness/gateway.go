@@ -34,6 +34,8 @@ type GatewayOptions struct {
 	ConfigDict string
 	// Loading: return once /health answers, before the node reports a loaded config
 	Loading bool
+	// ExtraHTTP: directives added to nginx's http block (e.g. "proxy_read_timeout 1s;")
+	ExtraHTTP string
 }
 
 // Gateway is one running nginx with tollgate.
@@ -160,7 +162,7 @@ func StartGateway(t testing.TB, o GatewayOptions) *Gateway {
 		backend = o.Backend
 	}
 	conf := Render(t, prefix, "127.0.0.1:"+strconv.Itoa(gwPort), "127.0.0.1:"+strconv.Itoa(metricsPort),
-		backend, o.Workers, o.LogLevel, "include "+extraPath+";")
+		backend, o.Workers, o.LogLevel, "include "+extraPath+";"+o.ExtraHTTP)
 	if o.ConfigDict != "" {
 		resizeConfigDict(t, prefix, conf, o.ConfigDict)
 	}

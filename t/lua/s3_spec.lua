@@ -262,3 +262,25 @@ describe("the raw request target", function()
         assert.are.equal("../k", k)
     end)
 end)
+
+describe("uploads of no announced size", function()
+    it("are the PutObject and UploadPart bodies sent chunked without any length", function()
+        local chunked = { ["transfer-encoding"] = "chunked" }
+        assert.is_true(s3.length_required("PutObject", chunked))
+        assert.is_true(s3.length_required("UploadPart", chunked))
+        assert.is_true(s3.length_required("PutObject", { ["transfer-encoding"] = "chunked",
+            ["x-amz-decoded-content-length"] = "abc" }))
+    end)
+    it("leave an aws-chunked body with its decoded length, a known length, other ops", function()
+        assert.is_false(s3.length_required("PutObject", { ["transfer-encoding"] = "chunked",
+            ["x-amz-decoded-content-length"] = "1024" }))
+        assert.is_false(s3.length_required("UploadPart", { ["transfer-encoding"] = "chunked",
+            ["x-amz-decoded-content-length"] = "0" }))
+        assert.is_false(s3.length_required("PutObject", { ["content-length"] = "10" }))
+        assert.is_false(s3.length_required("PutObject", {}))
+        for _, op in ipairs({ "PostObject", "DeleteObjects", "CompleteMultipartUpload",
+                              "CopyObject", "PutObjectMetadata", "CreateBucket" }) do
+            assert.is_false(s3.length_required(op, { ["transfer-encoding"] = "chunked" }), op)
+        end
+    end)
+end)

@@ -278,7 +278,8 @@ local function slow_acquire(a, k, cost)
     local debt = dict:get(k.debt) or 0
     local need = cost + debt
     local reset = dict:get(k.neg)
-    if reset and need >= (dict:get(k.neg_need) or 0) then
+    -- (a remembered refusal lives at least neg_cache_min: past its reset it refuses nothing)
+    if reset and reset > now() and need >= (dict:get(k.neg_need) or 0) then
         return false, dict:get(k.neg_reason) or "app_exhausted", { reset = reset, remaining = 0 }
     end
     if not deg.allow_request() then

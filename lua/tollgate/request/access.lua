@@ -137,6 +137,12 @@ function _M.run()
         ctx.tg_label = "_invalid"
         return response.too_large(size, MAX_BODY)
     end
+    -- an S3 upload of no announced size: S3's 411, before the body (nginx would stream it to a
+    -- backend that refused it already)
+    if not ctx.tg_named and s3.length_required(op, headers) then
+        return reject_invalid(ctx, "missing_content_length",
+            "an upload needs Content-Length or x-amz-decoded-content-length", 411)
+    end
     if a == nil then
         -- no config was ever loaded (Redis unreachable since start): admit from fail-open
         -- (or the id could not be looked up): the one fail-open budget of unverified requests (a

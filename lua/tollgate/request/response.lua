@@ -50,6 +50,8 @@ local REFUSALS = {
     unsupported_method = { status = 405, s3 = "MethodNotAllowed" },
     invalid_request = { status = 400, s3 = "InvalidRequest" },
     entity_too_large = { status = 413, s3 = "EntityTooLarge" },
+    missing_content_length = { status = 411, s3 = "MissingContentLength",
+        msg = "You must provide the Content-Length HTTP header." },
     duplicate_header = { status = 400, s3 = "InvalidRequest" },
     -- credentials and bodies read as the backend reads them (tollgate.identity, tollgate.s3.delete)
     ambiguous_credentials = { status = 400, s3 = "InvalidArgument",
@@ -110,6 +112,7 @@ local S3_MESSAGES = {
 
 local REASON_PHRASES = {
     [400] = "Bad Request", [403] = "Forbidden", [405] = "Method Not Allowed",
+    [411] = "Length Required",
     [413] = "Payload Too Large", [429] = "Too Many Requests", [503] = "Service Unavailable",
 }
 

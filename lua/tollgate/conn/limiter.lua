@@ -47,6 +47,7 @@ local redis_client, BG_MS, NODE
 local MIN_RATE, GRACE = 0, 0    -- body deadline (start): bytes/s, seconds
 local SHARE, IP_TTL = 0.5, 300  -- share of an app's slots one client address may hold
 local STATS_TTL = 300
+local FULL_HEADERS = false      -- TOLLGATE_RESPONSE_HEADERS=full: the counts on admitted answers
 
 -- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
 -- up to the peak was returned by some incr: whoever first adds the marker of a value raises
@@ -164,7 +165,9 @@ function _M.acquire(a, ctx, headers)
     end
     e.peak = raise_peak(e.pkey, v, e.peak)
     e.cpeak = raise_peak(e.pckey, c, e.cpeak)
-    set_headers(e.max, v)
+    if FULL_HEADERS then
+        set_headers(e.max, v)
+    end
     return true
 end
 
@@ -352,6 +355,7 @@ function _M.start(settings, client)
     every(conf.heartbeat, track.heartbeat)
     MIN_RATE, GRACE = conf.body_min_rate or 0, conf.body_grace or 0
     SHARE, IP_TTL = conf.client_share or 0.5, conf.timeout
+    FULL_HEADERS = settings.response_headers == "full"
     if MIN_RATE > 0 then
         track.deadline_check(cut, math.min(1, GRACE))
     end

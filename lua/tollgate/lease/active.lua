@@ -85,15 +85,15 @@ function _M.each(fn)
     end
 end
 
---- Worker 0: drop member `id` if still_idle() — checked again after the removal, so that a
+--- Worker 0: drop member `id` if still_idle(arg) — checked again after the removal, so that a
 --- state another worker wrote meanwhile keeps the app (a state written later makes it join
 --- again through mark). Returns whether it was dropped.
-function _M.forget(id, still_idle)
-    if not members or not members[id] or not dict or not still_idle() then
+function _M.forget(id, still_idle, arg)
+    if not members or not members[id] or not dict or not still_idle(arg) then
         return false
     end
     dict:delete(id)
-    if still_idle() then
+    if still_idle(arg) then
         members[id] = nil
         return true
     end

@@ -97,6 +97,25 @@ local function crossed(e, v)
     })
 end
 
+-- The key of the per-address count of (app, addr): kept on the app's entry, so that a request
+-- from an address seen before builds no string (at most IP_KEYS addresses per app and worker;
+-- the table starts again when full)
+local IP_KEYS = 4096
+local function ip_key(e, addr)
+    local t = e.ipk
+    if not t or e.ipk_n >= IP_KEYS then
+        t = {}
+        e.ipk, e.ipk_n = t, 0
+    end
+    local k = t[addr]
+    if not k then
+        k = "ip:" .. e.id .. ":" .. addr
+        t[addr] = k
+        e.ipk_n = e.ipk_n + 1
+    end
+    return k
+end
+
 --- Take a slot for app `a` ({id, cluster}); on success ctx remembers it for release().
 -- headers: the request's (the client address of the per-address share: $remote_addr, or
 -- X-Forwarded-For behind TOLLGATE_TRUSTED_PROXIES, as the auth-failure budget reads it).
@@ -135,7 +154,7 @@ function _M.acquire(a, ctx, headers)
         -- one client address holds at most SHARE of the app's slots (at least one)
         local cap = floor(e.burst * SHARE)
         addr = headers and authbudget.client(headers) or var.remote_addr
-        ikey = "ip:" .. a.id .. ":" .. (addr or "-")
+        ikey = ip_key(e, addr or "-")
         local iv = dict:incr(ikey, 1, 0, IP_TTL)
         if iv and iv > (cap > 1 and cap or 1) then
             dict:incr(ikey, -1)

@@ -399,4 +399,8 @@ function _M.rate(id)
     return st and st.rate or 0
 end
 
+-- the timers' part runs in the interpreter (tollgate.handler, "interpreted"): its helpers too
+_M.TIMER_HELPERS = { visit, upkeep, prepare, send, send_batch, send_all, forgettable,
+                     pending_zero, flush_pass, flush_app, report_timer }
+
 return _M

@@ -30,7 +30,7 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local format = string.format
 local floor = math.floor
-local numvar = require("tollgate.request.numvar")
+local header = ngx.header
 local get_request = require("resty.core.base").get_request
 local http_version = ngx.req.http_version
 
@@ -64,12 +64,13 @@ local function raise_peak(pkey, v, known)
     return v
 end
 
--- X-Connection-* headers: nginx variables that the location snippet's add_header lines emit
--- (setting a variable costs a fraction of creating a response header from Lua)
+-- X-Connection-* headers, of a refusal and (TOLLGATE_RESPONSE_HEADERS=full) of an admitted
+-- request: created from Lua, where they are sent; an add_header line in the location snippet
+-- would cost its variable's evaluation on every response, those without the header too
 local function set_headers(limit, current)
-    numvar.set("tg_cl", limit)
-    numvar.set("tg_cc", current)
-    numvar.set("tg_cr", current < limit and limit - current or 0)
+    header["X-Connection-Limit"] = limit
+    header["X-Connection-Current"] = current
+    header["X-Connection-Remaining"] = current < limit and limit - current or 0
 end
 
 -- current: the count this request saw without itself, capped at what can really be in flight

@@ -156,7 +156,11 @@ function _M.init_worker()
         _M.init()
     end
     jit_log(conf.jit_log)
-    for _, list in ipairs({ TIMER_FUNCTIONS, sync.TIMER_HELPERS, metrics.TIMER_HELPERS }) do
+    -- (and what only they call; the Redis client's with/release: timers' reports, refills and
+    -- the rare grant of a request whose lease is empty)
+    for _, list in ipairs({ TIMER_FUNCTIONS, sync.TIMER_HELPERS, metrics.TIMER_HELPERS,
+                            l3.TIMER_HELPERS, require("tollgate.lease.active").TIMER_HELPERS,
+                            deg.TIMER_HELPERS, { rredis.with, rredis.release } }) do
         for i = 1, #list do
             interpreted(list[i])
         end

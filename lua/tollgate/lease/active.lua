@@ -72,6 +72,8 @@ local function sync_members()
     return members
 end
 
+_M.TIMER_HELPERS = { sync_members }     -- run interpreted (tollgate.handler)
+
 --- Worker 0: call fn(id) for every member (or every configured app when degraded).
 function _M.each(fn)
     if _M.degraded() then

@@ -130,11 +130,42 @@ local function jit_log(path)
     v.on(file)
 end
 
+-- The timers' code runs in LuaJIT's interpreter (TOLLGATE_JIT_TUNE=on): it runs a few times a
+-- second, and compiling it made the request path's cost differ from run to run. Its loops and
+-- closures abort traces, and every abort sets a randomised retry; its hot counters share
+-- LuaJIT's 64 slots with the request path's (which function got compiled first, and where the
+-- request path's traces started and ended, depended on when the timers fired); and its calls
+-- into the functions both share (the shared-dict wrappers) grew chains of side traces off the
+-- request path's traces. Interpreted functions count nothing and start no trace.
+local function interpreted(fn)
+    if jit and conf.jit_tune == "on" then
+        jit.off(fn, true)
+    end
+    return fn
+end
+
+local TIMER_FUNCTIONS = {
+    metrics.flush, metrics.note_lua_memory, cfgcache.publish_generation, deg.publish,
+    deg.evaluate, reservation.sweep, sync.tick, sync.flush, rules.push_stats,
+    require("tollgate.lease.active").each, require("tollgate.lease.active").list,
+    require("tollgate.lease.active").forget, require("tollgate.conn.track").heartbeat,
+    connlimit.cleanup, connlimit.report,
+}
+
 function _M.init_worker()
     if not conf then
         _M.init()
     end
     jit_log(conf.jit_log)
+    -- (and what only they call; the Redis client's with/release: timers' reports, refills and
+    -- the rare grant of a request whose lease is empty)
+    for _, list in ipairs({ TIMER_FUNCTIONS, sync.TIMER_HELPERS, metrics.TIMER_HELPERS,
+                            l3.TIMER_HELPERS, require("tollgate.lease.active").TIMER_HELPERS,
+                            deg.TIMER_HELPERS, { rredis.with, rredis.release } }) do
+        for i = 1, #list do
+            interpreted(list[i])
+        end
+    end
     deg.init(conf)
     deg.start()
     cfgcache.on_generation(identity.flush)
@@ -179,7 +210,7 @@ function _M.init_worker()
     end)
     events.init(conf, redis_client)
     connlimit.start(conf, redis_client)
-    ngx.timer.every(1, function(premature)
+    ngx.timer.every(1, interpreted(function(premature)
         if premature then
             sync.flush()   -- stopping: unreported consumption, debt and leases back to L2
             return
@@ -187,28 +218,28 @@ function _M.init_worker()
         metrics.flush()
         metrics.note_lua_memory()
         cfgcache.publish_generation()
-    end)
+    end))
     local worker0 = ngx.worker.id() == 0
-    ngx.timer.every(0.25, function(premature)
+    ngx.timer.every(0.25, interpreted(function(premature)
         if not premature then
             deg.publish()
             if worker0 then
                 deg.evaluate()
             end
         end
-    end)
+    end))
     if worker0 then
-        ngx.timer.every(math.min(10, conf.reservation_timeout / 2), function(premature)
+        ngx.timer.every(math.min(10, conf.reservation_timeout / 2), interpreted(function(premature)
             if not premature then
                 reservation.sweep()
             end
-        end)
-        ngx.timer.every(conf.sync_interval, function(premature)
+        end))
+        ngx.timer.every(conf.sync_interval, interpreted(function(premature)
             if not premature then
                 sync.tick()
                 rules.push_stats()      -- at most once a second
             end
-        end)
+        end))
         watch.start()
         events.start(1)
     end

@@ -29,6 +29,7 @@ local DEFAULT_APP
 local app_header_lc, app_header
 local FORM_MAX = 65536       -- bytes of a browser POST form read for its credential fields
 local AMBIGUOUS = s3.AMBIGUOUS
+local chain             -- the identify() of the configured sources (below)
 
 _M.DOMAINS = {}
 _M.ERROR_S3 = false          -- TOLLGATE_ERROR_FORMAT=s3: every refusal in S3's dialect
@@ -119,6 +120,7 @@ function _M.configure(s)
         domains[#domains + 1] = d
     end
     _M.DOMAINS = domains
+    _M.identify = chain()
     _M.ERROR_S3 = s.error_format == "s3"
     _M.THROTTLE_STATUS = tonumber(s.s3_throttle_status) or 503
     return _M
@@ -320,56 +322,13 @@ function _M.credentials(headers, q, op)
     return akid, how
 end
 
---- Whom to charge (vbucket: the bucket of a virtual-hosted request, uri: $uri). Returns app
--- id, access key id (nil without credentials); or nil, reason, access key id for a request to
--- refuse. Reasons: unknown_access_key, invalid_access_key, duplicate_app_id, missing_app_id and
--- those of REFUSALS. Sets ctx.tg_s3 for requests with S3 credentials.
-function _M.identify(ctx, headers, q, op, vbucket, uri)
-    for i = 1, NSOURCES do
-        local src = SOURCES[i]
-        local kind = src[1]
-        if kind == KEY then
-            local akid, _, cerr = _M.credentials(headers, q, op)
-            if cerr then
-                ctx.tg_s3 = true
-                return nil, cerr, nil
-            end
-            if akid ~= nil then
-                ctx.tg_s3 = true
-                if not s3.valid_key(akid) then
-                    return nil, "invalid_access_key", nil
-                end
-                local app, lerr = app_of_key(akid)
-                if app then
-                    return app, akid
-                elseif lerr == BUDGET then
-                    return nil, lerr, akid
-                elseif app == nil then
-                    return UNVERIFIED, akid     -- Redis did not answer: fail-open, one budget
-                end
-                if DEFAULT_APP then
-                    return DEFAULT_APP, akid
-                end
-                return nil, "unknown_access_key", akid
-            end
-        elseif kind == HEADER then
-            local v = headers[app_header_lc]
-            if v ~= nil and (not TRUSTED_ONLY
-                    or ipmatch.any(TRUSTED, ipmatch.parse(var.remote_addr) or "")) then
-                ctx.tg_named = true
-                if type(v) == "table" then
-                    return nil, "duplicate_app_id"
-                end
-                return v
-            end
-        else
-            local v = var[src[2]]
-            if v ~= nil and v ~= "" then
-                ctx.tg_named = true
-                return v
-            end
-        end
-    end
+-- The sources of TOLLGATE_APP_SOURCES as one chain of functions, built once by configure():
+-- each source's step either answers or tail-calls the next one, and the last hands over to the
+-- bucket's owner. A loop over the configured sources in the request path ended the access
+-- phase's compiled trace at the loop (and which trace LuaJIT then started where varied from
+-- run to run); the chain is straight-line code a trace runs through.
+-- Each step: (ctx, headers, q, op, vbucket, uri) -> app id, access key id | nil, reason, key.
+local function by_owner(_, _, _, _, vbucket, uri)
     local bucket = s3.address(vbucket, uri)     -- anonymous: the bucket's owner, if any
     if bucket ~= nil and valid_bucket(bucket) then
         local app, lerr = app_of_bucket(bucket)
@@ -383,6 +342,83 @@ function _M.identify(ctx, headers, q, op, vbucket, uri)
     end
     return nil, "missing_app_id"
 end
+
+local function by_key(nxt)
+    return function(ctx, headers, q, op, vbucket, uri)
+        local akid, _, cerr = _M.credentials(headers, q, op)
+        if akid == nil and cerr == nil then
+            return nxt(ctx, headers, q, op, vbucket, uri)
+        end
+        ctx.tg_s3 = true
+        if cerr then
+            return nil, cerr, nil
+        end
+        if not s3.valid_key(akid) then
+            return nil, "invalid_access_key", nil
+        end
+        local app, lerr = app_of_key(akid)
+        if app then
+            return app, akid
+        elseif lerr == BUDGET then
+            return nil, lerr, akid
+        elseif app == nil then
+            return UNVERIFIED, akid     -- Redis did not answer: fail-open, one budget
+        end
+        if DEFAULT_APP then
+            return DEFAULT_APP, akid
+        end
+        return nil, "unknown_access_key", akid
+    end
+end
+
+local function by_header(nxt)
+    return function(ctx, headers, q, op, vbucket, uri)
+        local v = headers[app_header_lc]
+        if v == nil or TRUSTED_ONLY
+                and not ipmatch.any(TRUSTED, ipmatch.parse(var.remote_addr) or "") then
+            return nxt(ctx, headers, q, op, vbucket, uri)
+        end
+        ctx.tg_named = true
+        if type(v) == "table" then
+            return nil, "duplicate_app_id"
+        end
+        return v
+    end
+end
+
+local function by_var(name, nxt)
+    return function(ctx, headers, q, op, vbucket, uri)
+        local v = var[name]
+        if v == nil or v == "" then
+            return nxt(ctx, headers, q, op, vbucket, uri)
+        end
+        ctx.tg_named = true
+        return v
+    end
+end
+
+-- the chain of SOURCES (configure)
+chain = function()
+    local step = by_owner
+    for i = NSOURCES, 1, -1 do
+        local kind, arg = SOURCES[i][1], SOURCES[i][2]
+        if kind == KEY then
+            step = by_key(step)
+        elseif kind == HEADER then
+            step = by_header(step)
+        else
+            step = by_var(arg, step)
+        end
+    end
+    return step
+end
+
+--- Whom to charge (vbucket: the bucket of a virtual-hosted request, uri: $uri). Returns app
+-- id, access key id (nil without credentials); or nil, reason, access key id for a request to
+-- refuse. Reasons: unknown_access_key, invalid_access_key, duplicate_app_id, missing_app_id and
+-- those of REFUSALS. Sets ctx.tg_s3 for requests with S3 credentials.
+-- (Replaced by configure() with the chain of the configured sources.)
+_M.identify = by_owner
 
 function _M.app_header()
     return app_header

@@ -263,28 +263,54 @@ local NOT_APPS = { _invalid = true, _unknown = true, _unconfigured = true }
 -- created them; the reporting worker drains it into its own list (node_totals)
 local NODE_APPS = "node\0apps"
 
+-- The accumulators keep their keys from one flush to the next (counts back to 0) rather than
+-- starting as new tables: the request path's compiled code looks its counters up in them, and a
+-- fresh table every second made the first request after each flush leave that code for a key
+-- it had not seen (a side exit per worker and second; its side trace compiled only after ten,
+-- mid-benchmark). At most KEEP_MAX keys are kept; beyond that a table starts again.
+local KEEP_MAX = 10000
+local req_n, other_n = 0, 0
+
+-- series -> n of a table of counts: into the dict, and back to 0
+local function flush_counts(t, prefix, suffix)
+    for k, n in pairs(t) do
+        if n ~= 0 then
+            add(prefix and (prefix .. k .. suffix) or k, n)
+            t[k] = 0
+        end
+    end
+end
+
 --- Move this worker's accumulators into the shared dict.
+local flush_helpers = { add, flush_hist, flush_counts }
 function _M.flush()
     local total, blk_total = 0, 0
+    local napps = 0
     for app, ms in pairs(req) do
+        napps = napps + 1
         local n_app, blk = 0, extra_blocked[app] or 0
         extra_blocked[app] = nil
         for method, ss in pairs(ms) do
             for status, n in pairs(ss) do
-                add(format('ratelimit_requests_total{app_id="%s",method="%s",status="%d"}',
-                    app, method, status), n)
-                n_app = n_app + n
-                if status == 429 then
-                    blk = blk + n
+                if n ~= 0 then
+                    add(format('ratelimit_requests_total{app_id="%s",method="%s",status="%d"}',
+                        app, method, status), n)
+                    ss[status] = 0
+                    n_app = n_app + n
+                    if status == 429 then
+                        blk = blk + n
+                    end
                 end
             end
         end
-        if mdict:add(NODE_REQ .. app, 0) and not NOT_APPS[app] then
-            mdict:rpush(NODE_APPS, app)     -- its first total: the report's list learns it
+        if n_app ~= 0 or blk ~= 0 then
+            if mdict:add(NODE_REQ .. app, 0) and not NOT_APPS[app] then
+                mdict:rpush(NODE_APPS, app)     -- its first total: the report's list learns it
+            end
+            add(NODE_REQ .. app, n_app)
+            add(NODE_BLK .. app, blk)
+            total, blk_total = total + n_app, blk_total + blk
         end
-        add(NODE_REQ .. app, n_app)
-        add(NODE_BLK .. app, blk)
-        total, blk_total = total + n_app, blk_total + blk
     end
     for app in pairs(flowing) do              -- bytes of requests not yet logged
         if mdict:add(NODE_REQ .. app, 0) and not NOT_APPS[app] then
@@ -299,7 +325,10 @@ function _M.flush()
     extra_blocked = {}
     add(NODE_REQ, total)
     add(NODE_BLK, blk_total)
-    req = {}
+    req_n = napps
+    if req_n > KEEP_MAX then
+        req, req_n = {}, 0
+    end
     flush_hist("ratelimit_request_cost", COST_BUCKETS, cost_b, cost_sum, cost_n)
     cost_sum, cost_n = 0, 0
     flush_hist("ratelimit_redis_latency_seconds", LATENCY_BUCKETS, lat_b, lat_sum, lat_n)
@@ -309,23 +338,24 @@ function _M.flush()
     add("ratelimit_l3_hits_total", hits)
     add("ratelimit_l3_misses_total", misses)
     hits, misses = 0, 0
-    for series, n in pairs(other) do
-        add(series, n)
+    other_n = 0
+    for _ in pairs(other) do
+        other_n = other_n + 1
     end
-    other = {}
-    for op, n in pairs(ops_n) do
-        add('ratelimit_s3_operations_total{operation="' .. op .. '"}', n)
+    flush_counts(other)
+    if other_n > KEEP_MAX then
+        other = {}
     end
-    for op, n in pairs(ops_cost) do
-        add('ratelimit_s3_cost_total{operation="' .. op .. '"}', n)
-    end
-    ops_n, ops_cost = {}, {}
+    flush_counts(ops_n, 'ratelimit_s3_operations_total{operation="', '"}')
+    flush_counts(ops_cost, 'ratelimit_s3_cost_total{operation="', '"}')
     -- after everything: a reader that sees this count grow knows the flush before it is in
     mdict:incr(FLUSHES .. ngx.worker.id(), 1, 0)
 end
 
 --- How many flushes each worker (0 .. count-1) has finished (tests wait on it before reading
 -- a counter that must not have moved).
+_M.TIMER_HELPERS = flush_helpers     -- run interpreted, as flush (tollgate.handler)
+
 function _M.flushes()
     local out = {}
     for w = 0, ngx.worker.count() - 1 do

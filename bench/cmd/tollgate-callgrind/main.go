@@ -439,7 +439,11 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 		jitLog += "." + pid // the gateway's file: TOLLGATE_JIT_LOG.<worker pid>
 	}
 	var warm jitCounts
+	warmLen := 0 // bytes of the JIT log written during the warm-up
 	if jitLog != "" {
+		if b, rerr := os.ReadFile(jitLog); rerr == nil {
+			warmLen = len(b)
+		}
 		if warm, err = countJIT(jitLog); err != nil {
 			// the figures stand without it: say so, keep measuring
 			fmt.Fprintf(os.Stderr, "tollgate-callgrind: %s: no JIT counts: %v\n%s\n", v.Label(), err,
@@ -470,6 +474,13 @@ func measure(ctx context.Context, cfg config, dir, redisURL string, v nginxenv.V
 		if cfg.keep != "" {
 			if err := keepFile(jitLog, cfg.keep, keepName(cfg, dir, v)+".jit.log"); err != nil {
 				return row{}, err
+			}
+			// what the JIT did during the measured requests alone
+			if b, rerr := os.ReadFile(jitLog); rerr == nil && len(b) >= warmLen {
+				name := filepath.Join(cfg.keep, keepName(cfg, dir, v)+".measured.jit.log")
+				if err := os.WriteFile(name, b[warmLen:], 0o644); err != nil {
+					return row{}, err
+				}
 			}
 		}
 	}

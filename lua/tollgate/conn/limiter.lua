@@ -30,7 +30,7 @@ local ERR = ngx.ERR
 local WARN = ngx.WARN
 local format = string.format
 local floor = math.floor
-local numvar = require("tollgate.request.numvar")
+local header = ngx.header
 local get_request = require("resty.core.base").get_request
 local http_version = ngx.req.http_version
 
@@ -47,6 +47,7 @@ local redis_client, BG_MS, NODE
 local MIN_RATE, GRACE = 0, 0    -- body deadline (start): bytes/s, seconds
 local SHARE, IP_TTL = 0.5, 300  -- share of an app's slots one client address may hold
 local STATS_TTL = 300
+local FULL_HEADERS = false      -- TOLLGATE_RESPONSE_HEADERS=full: the counts on admitted answers
 
 -- Peak = the highest count any acquire saw (Property 19). Counts move by one, so every value
 -- up to the peak was returned by some incr: whoever first adds the marker of a value raises
@@ -63,12 +64,13 @@ local function raise_peak(pkey, v, known)
     return v
 end
 
--- X-Connection-* headers: nginx variables that the location snippet's add_header lines emit
--- (setting a variable costs a fraction of creating a response header from Lua)
+-- X-Connection-* headers, of a refusal and (TOLLGATE_RESPONSE_HEADERS=full) of an admitted
+-- request: created from Lua, where they are sent; an add_header line in the location snippet
+-- would cost its variable's evaluation on every response, those without the header too
 local function set_headers(limit, current)
-    numvar.set("tg_cl", limit)
-    numvar.set("tg_cc", current)
-    numvar.set("tg_cr", current < limit and limit - current or 0)
+    header["X-Connection-Limit"] = limit
+    header["X-Connection-Current"] = current
+    header["X-Connection-Remaining"] = current < limit and limit - current or 0
 end
 
 -- current: the count this request saw without itself, capped at what can really be in flight
@@ -94,6 +96,25 @@ local function crossed(e, v)
         rule_type = "connection", limit_value = e.max, current_usage = v,
         reason = "connections_high",
     })
+end
+
+-- The key of the per-address count of (app, addr): kept on the app's entry, so that a request
+-- from an address seen before builds no string (at most IP_KEYS addresses per app and worker;
+-- the table starts again when full)
+local IP_KEYS = 4096
+local function ip_key(e, addr)
+    local t = e.ipk
+    if not t or e.ipk_n >= IP_KEYS then
+        t = {}
+        e.ipk, e.ipk_n = t, 0
+    end
+    local k = t[addr]
+    if not k then
+        k = "ip:" .. e.id .. ":" .. addr
+        t[addr] = k
+        e.ipk_n = e.ipk_n + 1
+    end
+    return k
 end
 
 --- Take a slot for app `a` ({id, cluster}); on success ctx remembers it for release().
@@ -134,7 +155,7 @@ function _M.acquire(a, ctx, headers)
         -- one client address holds at most SHARE of the app's slots (at least one)
         local cap = floor(e.burst * SHARE)
         addr = headers and authbudget.client(headers) or var.remote_addr
-        ikey = "ip:" .. a.id .. ":" .. (addr or "-")
+        ikey = ip_key(e, addr or "-")
         local iv = dict:incr(ikey, 1, 0, IP_TTL)
         if iv and iv > (cap > 1 and cap or 1) then
             dict:incr(ikey, -1)
@@ -164,7 +185,9 @@ function _M.acquire(a, ctx, headers)
     end
     e.peak = raise_peak(e.pkey, v, e.peak)
     e.cpeak = raise_peak(e.pckey, c, e.cpeak)
-    set_headers(e.max, v)
+    if FULL_HEADERS then
+        set_headers(e.max, v)
+    end
     return true
 end
 
@@ -352,6 +375,7 @@ function _M.start(settings, client)
     every(conf.heartbeat, track.heartbeat)
     MIN_RATE, GRACE = conf.body_min_rate or 0, conf.body_grace or 0
     SHARE, IP_TTL = conf.client_share or 0.5, conf.timeout
+    FULL_HEADERS = settings.response_headers == "full"
     if MIN_RATE > 0 then
         track.deadline_check(cut, math.min(1, GRACE))
     end

@@ -72,6 +72,8 @@ local function sync_members()
     return members
 end
 
+_M.TIMER_HELPERS = { sync_members }     -- run interpreted (tollgate.handler)
+
 --- Worker 0: call fn(id) for every member (or every configured app when degraded).
 function _M.each(fn)
     if _M.degraded() then
@@ -85,15 +87,15 @@ function _M.each(fn)
     end
 end
 
---- Worker 0: drop member `id` if still_idle() — checked again after the removal, so that a
+--- Worker 0: drop member `id` if still_idle(arg) — checked again after the removal, so that a
 --- state another worker wrote meanwhile keeps the app (a state written later makes it join
 --- again through mark). Returns whether it was dropped.
-function _M.forget(id, still_idle)
-    if not members or not members[id] or not dict or not still_idle() then
+function _M.forget(id, still_idle, arg)
+    if not members or not members[id] or not dict or not still_idle(arg) then
         return false
     end
     dict:delete(id)
-    if still_idle() then
+    if still_idle(arg) then
         members[id] = nil
         return true
     end

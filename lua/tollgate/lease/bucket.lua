@@ -161,6 +161,8 @@ local function refill_timer(premature, a)
     dict:delete(k.refill_lock)
 end
 
+_M.TIMER_HELPERS = { refill_timer }     -- run interpreted (tollgate.handler)
+
 --- Start an asynchronous refill of app `a` unless one is already running on this node.
 function _M.trigger_refill(a, k)
     if not deg.allow_background() or not dict:add(k.refill_lock, true, 5) then

@@ -85,21 +85,23 @@ local function send(red, a, k, inflight)
     return true
 end
 
+local function send_batch(red, batch)
+    for i = 1, #batch do
+        local b = batch[i]
+        local ok, serr = send(red, b[1], b[2], b[3])
+        if not ok then
+            return nil, serr
+        end
+    end
+    return true
+end
+
 -- Report apps (list of {a, k, inflight}) on one connection.
 local function send_all(batch)
     if #batch == 0 then
         return true
     end
-    local _, err = redis_client:with(conf.bg_timeout_ms, function(red)
-        for i = 1, #batch do
-            local b = batch[i]
-            local ok, serr = send(red, b[1], b[2], b[3])
-            if not ok then
-                return nil, serr
-            end
-        end
-        return true
-    end)
+    local _, err = redis_client:with(conf.bg_timeout_ms, send_batch, batch)
     if err then
         metrics.inc('ratelimit_reports_total{result="failed"}')
         log(WARN, "tollgate: consumption report failed, kept for retry: ", err)
@@ -227,6 +229,33 @@ end
 
 local last_tick = nil
 
+-- One tick's visit of an app (active.each). The tick's values live in these locals rather than
+-- in a closure created per tick and another per quiet app: creating and closing closures is
+-- code LuaJIT does not compile ("NYI: bytecode 51/50"), and its aborts in this timer, entered
+-- through side exits of the traces it shares with the request path (the shared-dict calls),
+-- made the request path's compiled traces differ from run to run.
+local tick_t, tick_dt, tick_quiet, tick_batch, tick_visited = 0, 0, 0, nil, 0
+
+local function visit(id)
+    tick_visited = tick_visited + 1
+    local a = cfgcache.app(id)
+    if not a then
+        return
+    end
+    local t = tick_t
+    local b = upkeep(a, t, tick_dt)
+    if b then
+        tick_batch[#tick_batch + 1] = b
+        return
+    end
+    local st = state[id]
+    if st and t - st.last_active >= tick_quiet and t - st.last_report >= HEARTBEAT then
+        if active.forget(id, forgettable, K(id)) then
+            state[id] = nil
+        end
+    end
+end
+
 --- One tick of worker 0: upkeep of every app with local state on this node (tollgate.lease.
 --- active: the work follows the apps with traffic here, not the configured apps), then their
 --- reports on one connection.
@@ -239,28 +268,11 @@ function _M.tick()
     end
     last_tick = t
     local batch = {}
-    local visited = 0
-    local quiet_after = conf.idle_return_after + HEARTBEAT
-    active.each(function(id)
-        visited = visited + 1
-        local a = cfgcache.app(id)
-        if not a then
-            return
-        end
-        local b = upkeep(a, t, dt)
-        if b then
-            batch[#batch + 1] = b
-            return
-        end
-        local st = state[id]
-        if st and t - st.last_active >= quiet_after and t - st.last_report >= HEARTBEAT then
-            local k = K(id)
-            if active.forget(id, function() return forgettable(k) end) then
-                state[id] = nil
-            end
-        end
-    end)
-    dict:set("sync:visited", visited)
+    tick_t, tick_dt, tick_batch, tick_visited = t, dt, batch, 0
+    tick_quiet = conf.idle_return_after + HEARTBEAT
+    active.each(visit)
+    tick_batch = nil
+    dict:set("sync:visited", tick_visited)
     if #batch > 0 and deg.allow_background() then
         send_all(batch)
     end
@@ -386,5 +398,9 @@ function _M.rate(id)
     local st = state[id]
     return st and st.rate or 0
 end
+
+-- the timers' part runs in the interpreter (tollgate.handler, "interpreted"): its helpers too
+_M.TIMER_HELPERS = { visit, upkeep, prepare, send, send_batch, send_all, forgettable,
+                     pending_zero, flush_pass, flush_app, report_timer }
 
 return _M

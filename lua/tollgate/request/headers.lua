@@ -57,6 +57,8 @@ local function add(t, key, value)
     end
 end
 
+local scan
+
 -- wanted: true takes the wanted names only, false every other one
 local function fill(t, wanted)
     local r = get_request()
@@ -71,6 +73,11 @@ local function fill(t, wanted)
     if C.ngx_http_lua_ffi_req_get_headers(r, b, n, 0) ~= 0 then
         return t
     end
+    return scan(t, b, n, wanted)
+end
+
+-- headers 0..n-1 of buffer b into t (wanted: as fill)
+function scan(t, b, n, wanted)
     for i = 0, n - 1 do
         -- b[i] indexed each time: a local reference to the element would be a cdata that
         -- the compiled loop materializes on its exit (24 bytes of garbage per request)
@@ -85,9 +92,47 @@ local function fill(t, wanted)
     return t
 end
 
+-- header i of b into t if it is wanted
+local function slot(t, b, i)
+    local len = tonumber(b[i].key.len)
+    if len <= LEN_MAX and WANTED_LEN[len] then
+        local key = ffi_str(b[i].key.data, len)
+        if WANTED[key] == true then
+            add(t, key, ffi_str(b[i].value.data, b[i].value.len))
+        end
+    end
+end
+
+-- fill(t, true) of a request with 1..UNROLLED headers, as straight-line code compiled once:
+--   slot(t, b, 0) if n == 1 then return t end slot(t, b, 1) if n == 2 then return t end ...
+-- The loop over the headers was an inner loop of the access phase's trace: LuaJIT ends a root
+-- trace at an inner loop, compiles the loop as a trace of its own and the rest of the phase as
+-- side traces of it, and which of its starts it compiled or gave up on (an abort's retry waits
+-- a randomised while) varied from run to run, and the cost of the phase with it. Unrolled, the
+-- phase is one trace; each header count is a side exit of its own.
+local UNROLLED = 32
+local function compile_unrolled(n)
+    local src = { "local slot = ...\nreturn function(t, b, n)" }
+    for i = 0, n - 1 do
+        src[#src + 1] = ("slot(t, b, %d) if n == %d then return t end"):format(i, i + 1)
+    end
+    src[#src + 1] = "return t\nend"
+    return assert(loadstring(table.concat(src, "\n"), "=reqheaders.unrolled"))(slot)
+end
+local unrolled = compile_unrolled(UNROLLED)
+_M.UNROLLED, _M.scan, _M.unrolled = UNROLLED, scan, unrolled     -- for t/lua/reqheaders_spec.lua
+
 --- Fill the empty table t with the wanted headers of the current request. Returns t.
 function _M.read(t)
-    return fill(t, true)
+    local r = get_request()
+    local n = C.ngx_http_lua_ffi_req_get_headers_count(r, 0, truncated)    -- 0: all of them
+    if n <= 0 or n > UNROLLED then
+        return fill(t, true)
+    end
+    if C.ngx_http_lua_ffi_req_get_headers(r, buf, n, 0) ~= 0 then
+        return t
+    end
+    return unrolled(t, buf, n)
 end
 
 --- The raw query string of the current request ($args), nil when it has none. Most object

@@ -36,6 +36,18 @@ function _M.configure(settings, calc)
     authbudget.configure(settings)
 end
 
+-- $tg_s, the settled cost, for access logs (docs/s3.md): written while something in the
+-- configuration names the variable (a log_format). nginx refuses to set a variable nothing
+-- names (nothing could read it); after its first refusal this worker stops trying, and a
+-- gateway whose access log does not use it pays for no variable write.
+local settled_named = true
+
+local function set_settled(n)
+    if settled_named and not numvar.try_set("tg_s", n) then
+        settled_named = false
+    end
+end
+
 -- Did the upstream answer anything? ($upstream_bytes_received: "0", "0, 153", nil w/o upstream)
 local function upstream_answered()
     local b = var.upstream_bytes_received
@@ -124,7 +136,7 @@ local function log_request(ctx)
             reservation.close(a, var.uri)
         end
         metrics.request(label, method, status, nil)
-        numvar.set("tg_s", 0)       -- $tg_s: the settled cost (refunded)
+        set_settled(0)              -- $tg_s: the settled cost (refunded)
         if denied then
             metrics.operation(op, 0)
             auth_failed(ctx, label, method, status)
@@ -184,7 +196,7 @@ local function log_request(ctx)
     end
     metrics.request(label, method, status, ctx.tg_total + actual)
     metrics.operation(op, ctx.tg_total + actual)
-    numvar.set("tg_s", ctx.tg_total + actual)   -- $tg_s: the settled cost, for the access log
+    set_settled(ctx.tg_total + actual)   -- $tg_s: the settled cost, for the access log
 end
 
 function _M.run()

@@ -64,19 +64,13 @@ for k = 1, 15 do
 end
 local ndigits = metrics.bucketer(bounds)
 
---- ngx.var[name] = n (a number).
+-- Writes integer n (NUMSTR_MAX < n < 2^53, or any integer 0 <= n < 2^53) into $name through
+-- the FFI; returns nginx's code (0: set).
 -- The digits are written without a loop, all sixteen of them: a loop here would be an inner loop
 -- of the access phase's trace, and whether LuaJIT then compiles that trace at all depended on
 -- the order in which it saw the two (under callgrind, one run in five ran the whole access phase
 -- in the interpreter).
-function _M.set(name, n)
-    if n <= NUMSTR_MAX or n >= 2 ^ 53 or n % 1 ~= 0 then
-        var[name] = numstr(n)       -- cached, or an odd value (negative, huge, fractional)
-        return
-    end
-    if #name > NAME_MAX then
-        error("variable name longer than " .. NAME_MAX .. ": " .. name, 2)
-    end
+local function put(name, n)
     local len = ndigits(n)
     local m = digit(n, 15)
     m = digit(m, 14)
@@ -95,10 +89,35 @@ function _M.set(name, n)
     m = digit(m, 1)
     digit(m, 0)
     errlen[0] = ERRBUF
-    if C.ngx_http_lua_ffi_var_set(get_request(), name, #name, lowcase, digits + (DIGITS - len),
-            len, errbuf, errlen) ~= 0 then
+    return C.ngx_http_lua_ffi_var_set(get_request(), name, #name, lowcase, digits + (DIGITS - len),
+        len, errbuf, errlen)
+end
+
+--- ngx.var[name] = n (a number).
+function _M.set(name, n)
+    if n <= NUMSTR_MAX or n >= 2 ^ 53 or n % 1 ~= 0 then
+        var[name] = numstr(n)       -- cached, or an odd value (negative, huge, fractional)
+        return
+    end
+    if #name > NAME_MAX then
+        error("variable name longer than " .. NAME_MAX .. ": " .. name, 2)
+    end
+    if put(name, n) ~= 0 then
         error("cannot set $" .. name .. ": " .. ffi.string(errbuf, errlen[0]), 2)
     end
+end
+
+local function set_string(name, v)
+    var[name] = v
+end
+
+--- ngx.var[name] = n, or false (never an error) when nginx refuses it: a variable that nothing
+-- in the configuration names has no place in the request, and nothing could read it.
+function _M.try_set(name, n)
+    if n < 0 or n >= 2 ^ 53 or n % 1 ~= 0 or #name > NAME_MAX then
+        return (pcall(set_string, name, numstr(n)))
+    end
+    return put(name, n) == 0
 end
 
 return _M

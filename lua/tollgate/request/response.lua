@@ -189,9 +189,8 @@ local function waits_for_continue()
     return (len ~= nil and len ~= "0") or var.http_transfer_encoding ~= nil
 end
 
--- the connection limiter's headers (nginx/tollgate_location.conf's add_header lines)
-local ADDED = { { "X-Connection-Limit", "tg_cl" }, { "X-Connection-Current", "tg_cc" },
-                { "X-Connection-Remaining", "tg_cr" } }
+-- the limiter's headers the location's add_header lines would add (nginx/tollgate_location.conf)
+local ADDED = { { "X-RateLimit-Cost", "tg_c" }, { "X-RateLimit-Remaining", "tg_r" } }
 
 -- The answer on the raw connection: status line, the headers set so far, Connection: close.
 local function send_raw(status, body)

@@ -270,9 +270,6 @@ function _M.run()
     local a = ctx.tg_app
     local unit = a.c_bw
     local total = ctx.tg_ptotal
-    -- the bytes sent, headers included: the chunks it must have paid are counted from them (a
-    -- unit ahead at most for the header; the log phase settles against the body's bytes)
-    local sent = bytes_sent()
     if not total then
         -- its first bytes: the price of the whole body when its length is known (-1 when not);
         -- a body the access phase paid in full (a small object) needs nothing more
@@ -286,10 +283,13 @@ function _M.run()
         if (dict:get("pace:" .. a.id) or 0) > 0 then
             -- the app's transfers on this node are paced already: its tokens are spent, and
             -- what the refill brings is their share, not a new transfer's burst
-            pace(ctx, a, now(), sent)
+            pace(ctx, a, now(), bytes_sent())
             return
         end
     end
+    -- the bytes sent, headers included: the chunks it must have paid are counted from them (a
+    -- unit ahead at most for the header; the log phase settles against the body's bytes)
+    local sent = bytes_sent()
     local need = ceil(sent / QUANTUM) * unit
     local chunk = chunk_of(a, ctx.tg_source)
     if total >= 0 and ctx.tg_paid + chunk > total then

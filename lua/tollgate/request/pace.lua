@@ -235,6 +235,7 @@ local function steer(ctx, a, t, sent)
     -- a new rate only when it moved by a STEP (nginx keeps each value set in the request's pool
     -- until the request ends; the allowance makes up what the steps leave), or exactly where
     -- nginx's second limit paces the transfer
+    ctx.tg_pb = bound
     local d = r - ctx.tg_pr
     if d * d > ctx.tg_pr * ctx.tg_pr * (STEP * STEP) or (bound and d ~= 0) then
         ctx.tg_pr = r
@@ -311,7 +312,12 @@ function _M.run()
         end
     end
     if ctx.tg_paced then
-        steer(ctx, a, t or now(), sent)
+        t = t or now()
+        -- a rate that puts nginx's second limit at the allowance does not change within a
+        -- millisecond of nginx's clock (a transfer paced by that limit writes without pauses)
+        if t ~= ctx.tg_pt or not ctx.tg_pb then
+            steer(ctx, a, t, sent)
+        end
     end
 end
 

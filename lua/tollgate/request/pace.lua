@@ -8,7 +8,9 @@
 -- * Paced, not cut: when the lease cannot pay a chunk, the transfer follows its share: the app's
 --   guaranteed rate on this node (guaranteed / active nodes of the app's lease, times the
 --   emergency ratio of its priority; the fail-open rate while the request runs on fail-open)
---   divided among the app's paced transfers on the node (a shared-dict counter). It keeps paying
+--   divided among the app's downloads on the node that pay as they flow, counted from their
+--   first bytes (a shared-dict counter; paced or not yet: the first one paced does not take the
+--   share of those paced a moment later). It keeps paying
 --   chunks from what the refill brings; bytes the lease could not pay are charged in the log
 --   phase as local debt, which the next grants repay first. A paced transfer stays paced to its
 --   end (its burst was spent).
@@ -108,6 +110,9 @@ local function bytes_sent()
 end
 
 local live = 0          -- downloads of this worker the filter follows (access() to log())
+-- per app id: its shared-dict counters of the downloads on the node that pay as they flow
+-- (the share is divided among them) and of those paced
+local PACE_KEY, PACED_KEY = {}, {}
 
 --- Settings and the cost calculator of this nginx (tollgate.handler's init).
 function _M.configure(settings, calc)
@@ -245,14 +250,11 @@ end
 
 -- Start pacing a transfer that has sent `sent` bytes ($bytes_sent).
 local function pace(ctx, a, t, sent)
-    if not ctx.tg_pk then   -- one more paced transfer of the app on the node
-        ctx.tg_pk = "pace:" .. a.id
-        dict:incr(ctx.tg_pk, 1, 0)
-    end
+    ctx.tg_paced = PACED_KEY[a.id]   -- one more paced transfer of the app on the node
+    dict:incr(ctx.tg_paced, 1, 0)
     -- nginx's rate applies to the bytes after these (limit_rate_after $tg_ra)
     ctx.tg_pl = sent
     setvar("tg_ra", sent)
-    ctx.tg_paced = true
     ctx.tg_p0, ctx.tg_pt, ctx.tg_pallow = t, t, sent
     ctx.tg_pst, ctx.tg_pr = 0, 0
     share(ctx, a, t)
@@ -281,7 +283,18 @@ function _M.run()
             return
         end
         ctx.tg_ptotal = total
-        if (dict:get("pace:" .. a.id) or 0) > 0 then
+        -- one more transfer of the app on the node that the node's share is divided among
+        -- (counted from its first bytes, before any is paced: the first one paced must not take
+        -- the share of the others, paced a moment later)
+        local id = a.id
+        local k = PACE_KEY[id]
+        if not k then
+            k = "pace:" .. id
+            PACE_KEY[id], PACED_KEY[id] = k, "paced:" .. id
+        end
+        ctx.tg_pk = k
+        dict:incr(k, 1, 0)
+        if (dict:get(PACED_KEY[id]) or 0) > 0 then
             -- the app's transfers on this node are paced already: its tokens are spent, and
             -- what the refill brings is their share, not a new transfer's burst
             pace(ctx, a, now(), bytes_sent())
@@ -326,6 +339,9 @@ function _M.close(ctx)
     unfollow(ctx)
     if ctx.tg_pk then
         dict:incr(ctx.tg_pk, -1, 0)
+    end
+    if ctx.tg_paced then
+        dict:incr(ctx.tg_paced, -1, 0)
     end
     local paced = ctx.tg_paced and now() - ctx.tg_p0 or 0
     if paced > 0 then

@@ -84,13 +84,22 @@ end
 describe("pacing's rate", function()
     -- rate(share, gap to the allowance, bytes after limit_rate_after, nginx's second of the
     -- request, seconds left in it, bytes a write)
-    it("is the share on the allowance, more behind it, less ahead of it, within 1/2 and 4 times", function()
+    -- nginx's pause after a write of 8 KiB at rate r, whole milliseconds
+    local function pause(r)
+        return math.floor(8192 * 1000 / r)
+    end
+
+    it("pauses as the share would on the allowance, more behind it, less ahead of it, within 1/2 and 4 times", function()
         local s = 1e6
-        assert.equals(s, (pace.rate(s, 0, 0, 10, 0, 8192)))
-        assert.equals(1.5e6, (pace.rate(s, 0.05 * s, 0, 10, 0, 8192)))
-        assert.equals(0.8e6, (pace.rate(s, -0.02 * s, 0, 10, 0, 8192)))
-        assert.equals(4e6, (pace.rate(s, s, 0, 10, 0, 8192)))
-        assert.equals(0.5e6, (pace.rate(s, -s, 0, 10, 0, 8192)))
+        -- gap to the allowance, the rate whose pause nginx must make
+        for _, c in ipairs({ { 0, s }, { 0.05 * s, 1.5e6 }, { -0.02 * s, 0.8e6 }, { s, 4e6 },
+                             { -s, 0.5e6 } }) do
+            local r, bound = pace.rate(s, c[1], 0, 10, 0, 8192)
+            assert.is_false(bound)
+            assert.equals(pause(c[2]), pause(r))
+            -- the highest rate with that pause (furthest from the second limit)
+            assert.is_true(pause(r + 1) < pause(r))
+        end
     end)
 
     it("keeps nginx's second limit at the allowance the second ends with where it would stop the transfer", function()
@@ -103,7 +112,7 @@ describe("pacing's rate", function()
         -- and leaves a rate alone whose limit is far
         r, bound = pace.rate(s, 0, 2e6, 10, 0.4, 8192)
         assert.is_false(bound)
-        assert.equals(s, r)
+        assert.equals(pause(s), pause(r))
     end)
 
     it("paces a share too fast for nginx's pauses with the second limit, pauses 0", function()

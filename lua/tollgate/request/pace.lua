@@ -208,6 +208,13 @@ function _M.rate(s, gap, after, nsec, rest, x)
     elseif r > hi then
         r = hi
     end
+    -- the pause this rate gives a write of x bytes, whole milliseconds; the highest rate with
+    -- that pause keeps the second limit furthest from the transfer (with the rate itself, a
+    -- transfer that the rounding let run faster than its rate came up against the limit)
+    local pause = floor(x * 1000 / r)
+    if pause >= 1 then
+        r = floor(x * 1000 / pause)
+    end
     -- the second limit must not stop the transfer short of that allowance
     local bound = r < open
     if bound then

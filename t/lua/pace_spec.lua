@@ -23,8 +23,9 @@ local pace = require("tollgate.request.pace")
 _G.ngx = saved_ngx
 
 -- A paced transfer under the model: o.share(t) bytes/s (or o.s), writes of o.write bytes (8
--- KiB), o.latency(t) ms of event loop per wake-up by a timer (or a fixed o.lat), o.after0
--- bytes sent before pacing began (at t = 0, the request's start); o.steer false: the open-loop
+-- KiB), o.latency(t) ms of event loop per wake-up by a timer (or a fixed o.lat), paced from
+-- o.t0 seconds after the request's start (0) with o.after0 bytes sent before; o.steer false: the
+-- open-loop
 -- rate (the share itself, what the filter set before the allowance). Returns the bytes of each
 -- window [o.offset + (i - 1) * width, o.offset + i * width) (windows of a client, not aligned
 -- with nginx's seconds; o.width, 1 s by default), over o.secs seconds.
@@ -33,13 +34,13 @@ local function run(o)
     local width = o.width or 1
     local share = o.share or function() return o.s end
     local latency = o.latency or function() return o.lat or 1 end
-    local t, sent = 0.0, o.after0 or 0
-    local lra = sent
-    local allowed, last = sent, 0.0
+    local t, sent = o.t0 or 0.0, o.after0 or 0
+    local s = share(t)
+    local lra = pace.after(sent, s, math.floor(t) + 1, math.floor(t) + 1 - t, 8192)
+    local allowed, last = sent, t
     local windows = {}
-    local r = math.ceil(share(0))
+    local r = math.ceil(s)
     local wrote = true
-    local s = share(0)
     while t < secs + offset do
         -- the filter runs when the proxy hands it new bytes: after a write freed a buffer (a
         -- write stopped or cut short by nginx's limit frees none, and its timer retries
@@ -171,6 +172,15 @@ describe("pacing's rate", function()
         -- 100-ms windows: 12 writes of 8 KiB each, one more or less 8 %
         within(run({ s = 1e6, after0 = 20e6, offset = 0.05, width = 0.1 }), 11, 100, 1e5, 0.17,
             "100 ms after a burst")
+    end)
+
+    -- A transfer too fast for the pauses, paced 0.39 s into its request: limit_rate_after
+    -- below its bytes lets nginx's second limit, at the least rate without pauses, stop it at
+    -- its allowance of the first second (mutation: limit_rate_after at its bytes — the first
+    -- second let 8.2 MB through where 6.1 were due, and the next windows were 20 % short).
+    it("paces a fast transfer from the second it is paced in", function()
+        local w = run({ s = 10e6, t0 = 0.39, after0 = 19e6, offset = 0.5 })
+        within(w, 1, 9, 10e6, 0.03, "fast, paced mid-second")
     end)
 
     -- Three more transfers join after 3 s alone at 10 MB/s: its share drops to 2.5 MB/s below

@@ -225,6 +225,25 @@ function _M.rate(s, gap, after, nsec, rest, x)
 end
 local rate = _M.rate
 
+--- limit_rate_after (bytes) for a transfer paced when it has sent `sent` bytes, in the `nsec`-th
+-- second of the request `rest` seconds before its end, with a share of `s` bytes/s and writes of
+-- `x` bytes: the bytes sent, so that nginx neither pauses nor counts the burst before; for a
+-- share too fast for the pauses, less, so that nginx's second limit at the least rate without
+-- pauses (x * 1000 + 1 bytes/s) stops the transfer at its allowance for this second (from the
+-- next second on, the rate that puts the limit at the allowance is above that least rate).
+function _M.after(sent, s, nsec, rest, x)
+    local fast = x * 1000 + 1
+    if s < fast then
+        return sent
+    end
+    local d = fast * nsec - s * rest - TRICKLE
+    if d <= 0 then
+        return sent
+    end
+    return d < sent and ceil(sent - d) or 0
+end
+local after_of = _M.after
+
 --- The allowance (bytes) of a paced transfer with share `s` bytes/s `dt` seconds after it was
 -- `allowed`, when it has sent `sent`: never more than BANK seconds of share ahead of the bytes.
 function _M.allow(allowed, s, dt, sent)
@@ -259,12 +278,14 @@ end
 local function pace(ctx, a, t, sent)
     ctx.tg_paced = PACED_KEY[a.id]   -- one more paced transfer of the app on the node
     dict:incr(ctx.tg_paced, 1, 0)
-    -- nginx's rate applies to the bytes after these (limit_rate_after $tg_ra)
-    ctx.tg_pl = sent
-    setvar("tg_ra", sent)
     ctx.tg_p0, ctx.tg_pt, ctx.tg_pallow = t, t, sent
     ctx.tg_pst, ctx.tg_pr = 0, 0
-    share(ctx, a, t)
+    local s = share(ctx, a, t)
+    -- nginx's rate applies to the bytes after these (limit_rate_after $tg_ra)
+    local sec = time()
+    local l = after_of(sent, s, sec - floor(start_time()) + 1, sec + 1 - t, WRITE)
+    ctx.tg_pl = l
+    setvar("tg_ra", l)
     steer(ctx, a, t, sent)
 end
 

@@ -1,7 +1,8 @@
 // Command tollgate-pacing measures bandwidth pacing (docs/design.md "Pacing"): an app guaranteed
 // about 10 MB/s in cost units (153 tokens/s × 64 KiB at C_bw 1, a burst of two seconds) moves
 // large objects through tollgate while a neighbour app with a large quota downloads with one
-// stream on the first node. Runs:
+// stream on the first node (its client reading at most -neighbour-rate MB/s: a tenant with a
+// steady demand, which pacing must leave unaffected). Runs:
 //
 //   - downloads with 1, 4 and 16 streams on one node, pacing on and off (TOLLGATE_PACING=off);
 //   - downloads with 2, 4 and 16 streams spread over two nodes (two gateways sharing the app's
@@ -15,7 +16,7 @@
 // MB/s and the nodes' CPU seconds per GiB moved by both apps.
 //
 //	go run ./bench/cmd/tollgate-pacing [-duration 15s] [-streams 1,4,16] [-streams2 2,4,16]
-//	    [-uploads 1,4,16] [-size 1073741824]
+//	    [-uploads 1,4,16] [-size 1073741824] [-neighbour-rate 200]
 //
 // Wall-clock figures: label them "(shared machine)" wherever they are quoted.
 package main
@@ -117,6 +118,7 @@ func run(args []string) error {
 	streams2List := fs.String("streams2", "2,4,16", "parallel downloads spread over two nodes, per run (empty: none)")
 	uploadList := fs.String("uploads", "1,4,16", "parallel uploads on one node, per run (empty: none)")
 	size := fs.Int64("size", 1<<30, "object size in bytes (a stream that finishes one starts the next)")
+	neighbourRate := fs.Float64("neighbour-rate", 200, "MB/s the neighbour's client reads at most (0: as fast as it can)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -230,7 +232,7 @@ func run(args []string) error {
 			running = append(running, node)
 		}
 		for _, s := range todo {
-			r, err := measure(ctx, running[:s.nodes], running[0], s, *duration, backend)
+			r, err := measure(ctx, running[:s.nodes], running[0], s, *duration, backend, *neighbourRate)
 			if err != nil {
 				logs := ""
 				for _, n := range running {
@@ -281,14 +283,14 @@ func printTable(results []result, d time.Duration) {
 	fmt.Println("\nMB/s = 10^6 bytes/s. Windows are the paced app's bytes per second, all streams " +
 		"together (downloads: as the client receives them; uploads: as the backend receives them); " +
 		"streams over two nodes alternate between them. The neighbour (1 download stream on the first " +
-		"node, a large quota) runs at the same time. CPU is the nginx nodes' (client and backend run " +
+		"node, a large quota, its client reading at most -neighbour-rate MB/s) runs at the same time. CPU is the nginx nodes' (client and backend run " +
 		"in this process), per GiB moved by both apps.")
 }
 
 // measure runs s.streams transfers of the scenario's app spread over nodes, and one download of
 // the neighbour on neighbourNode, for d.
 func measure(ctx context.Context, nodes []*nginxenv.Node, neighbourNode *nginxenv.Node, s scenario,
-	d time.Duration, b *backendServer) (result, error) {
+	d time.Duration, b *backendServer, neighbourRate float64) (result, error) {
 	r := result{scenario: s}
 	app := s.app()
 	rctx, cancel := context.WithTimeout(ctx, d)
@@ -303,7 +305,7 @@ func measure(ctx context.Context, nodes []*nginxenv.Node, neighbourNode *nginxen
 	}
 	errc := make(chan error, s.streams+1)
 	var wg sync.WaitGroup
-	stream := func(base, app string, upload bool, i int, counter *atomic.Int64) {
+	stream := func(base, app string, upload bool, i int, counter *atomic.Int64, rate float64) {
 		defer wg.Done()
 		for rctx.Err() == nil {
 			var status int
@@ -311,7 +313,7 @@ func measure(ctx context.Context, nodes []*nginxenv.Node, neighbourNode *nginxen
 			if upload {
 				status, err = put(rctx, client, fmt.Sprintf("%s/bucket/up-%d", base, i), app, b.size)
 			} else {
-				status, err = get(rctx, client, base+"/bucket/big", app, counter)
+				status, err = get(rctx, client, base+"/bucket/big", app, counter, rate)
 			}
 			if rctx.Err() != nil {
 				return
@@ -342,10 +344,10 @@ func measure(ctx context.Context, nodes []*nginxenv.Node, neighbourNode *nginxen
 	base := counter.Load()
 	for i := 0; i < s.streams; i++ {
 		wg.Add(1)
-		go stream(nodes[i%len(nodes)].BaseURL, app, s.upload, i, counter)
+		go stream(nodes[i%len(nodes)].BaseURL, app, s.upload, i, counter, 0)
 	}
 	wg.Add(1)
-	go stream(neighbourNode.BaseURL, neighbourID, false, 0, &neigh)
+	go stream(neighbourNode.BaseURL, neighbourID, false, 0, &neigh, neighbourRate)
 	tick := time.NewTicker(time.Second)
 	last := base
 loop:
@@ -405,7 +407,24 @@ func (w counting) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func get(ctx context.Context, c *http.Client, url, app string, counter *atomic.Int64) (int, error) {
+// capped is counting that takes at most rate MB/s (a client that reads no faster).
+type capped struct {
+	c     *atomic.Int64
+	rate  float64
+	start time.Time
+	n     int64
+}
+
+func (w *capped) Write(p []byte) (int, error) {
+	w.c.Add(int64(len(p)))
+	w.n += int64(len(p))
+	if ahead := time.Duration(float64(w.n)/(w.rate*1e6)*float64(time.Second)) - time.Since(w.start); ahead > 0 {
+		time.Sleep(ahead)
+	}
+	return len(p), nil
+}
+
+func get(ctx context.Context, c *http.Client, url, app string, counter *atomic.Int64, rate float64) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		return 0, err
@@ -420,7 +439,11 @@ func get(ctx context.Context, c *http.Client, url, app string, counter *atomic.I
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode, nil
 	}
-	_, err = io.Copy(counting{counter}, resp.Body)
+	var w io.Writer = counting{counter}
+	if rate > 0 {
+		w = &capped{c: counter, rate: rate, start: time.Now()}
+	}
+	_, err = io.Copy(w, resp.Body)
 	return resp.StatusCode, err
 }
 

@@ -72,7 +72,10 @@ local TAU = 0.1         -- seconds in which the rate closes a transfer's gap to 
 local BANK = 1          -- seconds of share a transfer that fell behind may make up
 local LOW, HIGH = 0.5, 4 -- the rate stays within these multiples of the share
 local TRICKLE = 16384   -- bytes nginx's second limit lets through beyond the allowance
-local WRITE = 8192      -- bytes nginx writes at a time (proxy_busy_buffers_size, by default)
+-- bytes nginx writes at a time, until a transfer has shown its own: proxy_busy_buffers_size
+-- with proxy buffering (8 KiB by default), proxy_buffer_size without (4 KiB)
+local WRITE = 8192
+local WRITE_MAX = 32768 -- bytes, at most, taken for one write
 local SHARE_TTL = 0.05  -- seconds a transfer keeps its share before reading the counters again
 local STEP = 1 / 16     -- the rate changes in steps of at least this part of it
 local conf
@@ -261,8 +264,9 @@ local function steer(ctx, a, t, sent)
     local s = share(ctx, a, t)
     ctx.tg_pallow, ctx.tg_pt = allowed, t
     local sec = time()
+    local x = ctx.tg_px
     local r, bound = rate(s, allowed - sent, sent - ctx.tg_pl, sec - floor(start_time()) + 1,
-        sec + 1 - t, WRITE)
+        sec + 1 - t, x > 0 and x or WRITE)
     -- a new rate only when it moved by a STEP (nginx keeps each value set in the request's pool
     -- until the request ends; the allowance makes up what the steps leave), or exactly where
     -- nginx's second limit paces the transfer
@@ -279,7 +283,7 @@ local function pace(ctx, a, t, sent)
     ctx.tg_paced = PACED_KEY[a.id]   -- one more paced transfer of the app on the node
     dict:incr(ctx.tg_paced, 1, 0)
     ctx.tg_p0, ctx.tg_pt, ctx.tg_pallow = t, t, sent
-    ctx.tg_pst, ctx.tg_pr = 0, 0
+    ctx.tg_pst, ctx.tg_pr, ctx.tg_px, ctx.tg_psent = 0, 0, 0, sent
     local s = share(ctx, a, t)
     -- nginx's rate applies to the bytes after these (limit_rate_after $tg_ra)
     local sec = time()
@@ -353,6 +357,13 @@ function _M.run()
         end
     end
     if ctx.tg_paced then
+        -- nginx's writes: the bytes sent since the filter last ran (it runs once per write of
+        -- new bytes; a write nginx's limit cut short is less), the most seen
+        local w = sent - ctx.tg_psent
+        ctx.tg_psent = sent
+        if w > ctx.tg_px and w <= WRITE_MAX then
+            ctx.tg_px = w
+        end
         t = t or now()
         -- a rate that puts nginx's second limit at the allowance does not change within a
         -- millisecond of nginx's clock (a transfer paced by that limit writes without pauses)

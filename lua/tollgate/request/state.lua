@@ -37,6 +37,7 @@ _M.FIELDS = {
     -- pace (the body filter of downloads)
     "tg_pace", "tg_paid", "tg_flow", "tg_pk", "tg_paced", "tg_p0", "tg_pt", "tg_pallow",
     "tg_ptotal", "tg_pl", "tg_pr", "tg_ps", "tg_pst", "tg_pb",
+    "tg_px", "tg_psent",
     -- connlimit
     "tg_conn", "tg_conn_rid", "tg_conn_e", "tg_conn_ip",
     -- breaker

@@ -10,19 +10,19 @@
 --   emergency ratio of its priority; the fail-open rate while the request runs on fail-open)
 --   divided among the app's downloads on the node that pay as they flow, counted from their
 --   first bytes (a shared-dict counter; paced or not yet: the first one paced does not take the
---   share of those paced a moment later). It keeps paying
---   chunks from what the refill brings; bytes the lease could not pay are charged in the log
---   phase as local debt, which the next grants repay first. A paced transfer stays paced to its
---   end (its burst was spent).
+--   share of those paced a moment later). It keeps paying chunks from what the refill brings;
+--   bytes the lease could not pay are charged in the log phase as local debt, which the next
+--   grants repay first. A paced transfer stays paced to its end (its burst was spent).
 -- * How it follows its share: the transfer keeps an allowance, the bytes it may have sent by
 --   now (its bytes when pacing began plus its share since, at most BANK seconds of share ahead
 --   of what it sent), and each time the filter runs it sets nginx's per-request rate
 --   ($limit_rate) so that the transfer closes its gap to the allowance in about TAU seconds
---   (rate = share + gap / TAU, within LOW and HIGH times the share). nginx pauses
---   floor(bytes * 1000 / rate) ms after each write, and a write is what the proxy's busy buffers
---   hold (8 KiB by default): a rate of the share alone lost 5-20 % to the rounding and to the
---   event loop's latency (four parallel streams got 81 % of the guarantee). The allowance is
---   an integral: what the pauses lose, the rate makes up.
+--   (rate = share + gap / TAU, within LOW and HIGH times the share; then the highest rate with
+--   the same pause). nginx pauses floor(bytes * 1000 / rate) ms after each write, and a write
+--   is what the proxy's buffers hold (8 KiB by default; the filter takes the largest it has seen
+--   for the transfer): a rate of the share alone lost 5-20 % to the rounding and to the event
+--   loop's latency (four parallel streams got 81 % of the guarantee). The allowance is an
+--   integral: what the pauses lose, the rate makes up.
 -- * nginx's second limit: the bytes after limit_rate_after <= rate * (whole seconds since the
 --   request's start second + 1). The location include sets limit_rate_after to $tg_ra, which
 --   the filter sets to $bytes_sent when pacing begins (nginx reads it at the first write with a
@@ -32,12 +32,14 @@
 --   rate is below what the pauses really give), the rate is raised to put the limit there: a
 --   transfer the limit stops runs the filter again only when the next second moves the limit,
 --   so the limit must already hold that second's allowance. A share too fast for the pauses
---   (more than WRITE * 1000 bytes/s: a pause of 0 ms) is paced by that limit alone, each
---   second's allowance at the second's start. $limit_rate 0 means "no limit" to nginx: a share
+--   (more than write * 1000 bytes/s: a pause of 0 ms) is paced by that limit alone, each
+--   second's allowance at the second's start (limit_rate_after is then set below the bytes
+--   sent, for the second pacing began in). $limit_rate 0 means "no limit" to nginx: a share
 --   of 0 (P3 in an emergency) is a transfer held at its allowance by the limit, one write a
 --   second beyond it (the filter runs and sees the emergency end).
 -- Cost: a response of a worker with no download in flight pays one comparison; other responses
--- one lookup of the request's state and a read of the bytes sent; a paced transfer the node's
+-- one lookup of the request's state and, the first time, a read of their Content-Length; a
+-- download that pays as it flows a read of the bytes sent per call, a paced one the node's
 -- counters every SHARE_TTL and a variable write when its rate moves by a STEP.
 local ffi = require("ffi")
 local base = require("resty.core.base")

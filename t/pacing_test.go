@@ -98,6 +98,14 @@ func TestPacedDownloadIsSlowedNotCut(t *testing.T) {
 			t.Fatalf("ratelimit_paced_seconds_total %v after a paced transfer", v)
 		}
 	}
+	// the filter reads the bytes sent from nginx's connection struct, checked against
+	// $bytes_sent at the worker's first paced read, and nginx took $tg_ra as limit_rate_after
+	// (mutation: a field more before `sent` in the filter's declaration of the struct — the
+	// worker logged the mismatch)
+	if log := g.ErrorLog(); strings.Contains(log, "connection struct is not the expected one") ||
+		strings.Contains(log, "invalid size") {
+		t.Fatalf("the pacing filter's reads: %s", log)
+	}
 	// the body as it left ($body_bytes_sent: the test backend's answer is chunked, and the
 	// chunks' framing counts)
 	if v := g.Metric(`ratelimit_bytes_total{app_id="paced",direction="out"}`); v < size || v > size*1.01 {

@@ -36,7 +36,8 @@ _M.FIELDS = {
     "tg_s3", "tg_named",
     -- pace (the body filter of downloads)
     "tg_pace", "tg_paid", "tg_flow", "tg_pk", "tg_paced", "tg_p0", "tg_pt", "tg_pallow",
-    "tg_ptotal", "tg_bcount",
+    "tg_ptotal", "tg_bcount", "tg_pl", "tg_pr", "tg_ps", "tg_pst", "tg_pb",
+    "tg_px", "tg_psent", "tg_phdr",
     -- connlimit
     "tg_conn", "tg_conn_rid", "tg_conn_e", "tg_conn_ip",
     -- breaker

@@ -27,6 +27,7 @@ type Gateway struct {
 	Heartbeat       time.Duration // 5 s (lease/sync.lua HEARTBEAT)
 	EWMA            float64       // 0.3 (lease/sync.lua EWMA)
 	ScarceFor       time.Duration // 2 s (lease/bucket.lua note_grant)
+	NodesFor        time.Duration // 10 s: a grant's count of active nodes is remembered (note_grant)
 }
 
 // DefaultGateway are the gateway's defaults.
@@ -34,7 +35,7 @@ func DefaultGateway() Gateway {
 	return Gateway{SyncInterval: 100 * time.Millisecond, BatchThreshold: 1000, MinTarget: 1000,
 		MaxTarget: 200_000, TargetHorizon: 0.2, RefillThreshold: 0.2, IdleReturn: time.Second,
 		NegCacheMin: 50 * time.Millisecond, NegCacheMax: time.Second, Heartbeat: 5 * time.Second,
-		EWMA: 0.3, ScarceFor: 2 * time.Second}
+		EWMA: 0.3, ScarceFor: 2 * time.Second, NodesFor: 10 * time.Second}
 }
 
 // Config is one simulation run.

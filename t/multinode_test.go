@@ -113,3 +113,19 @@ func TestIdleNodeDoesNotStrandTokens(t *testing.T) {
 		t.Fatalf("admitted %d deviates %.2f%% from what L2 could grant", admitted, dev*100)
 	}
 }
+
+// Nodes that start serving an app together share its burst: a node's first grant of an app,
+// before L2 has told it how many nodes share the app, takes the request alone (its reserve
+// follows once it knows), so the first requests on four nodes are all admitted while the app is
+// under its quota (mutation: a reserve of burst / 2 in the first grant, as a node alone would
+// hold — the first two nodes took the whole burst and the others were refused app_exhausted).
+func TestNodesStartingTogetherShareTheBurst(t *testing.T) {
+	const g, b = 10, 60
+	s := newStack(t, stackOptions{nodes: 4, apps: []store.App{app("herd", g, b)}})
+	for _, gw := range s.gws {
+		if r := gw.Do("HEAD", "/bucket/obj", "herd", nil, nil); r.Status != 200 {
+			t.Fatalf("first request of the app on %s: %d %s (L2 %v, leases %v)", gw.NodeID, r.Status,
+				r.Body, s.l2("herd"), s.leases("herd"))
+		}
+	}
+}

@@ -274,6 +274,10 @@ local function lease_after_refill(k, cost)
 end
 
 -- The lease is empty: ask L2 for this request plus a reserve, under the operation timeout.
+-- A node that does not know how many nodes share the app (its first grant of the app, or none
+-- for 10 s) asks for the request alone: a reserve sized for one node, taken by each of many
+-- nodes starting together, would empty L2 for the rest of them (refused while the app is under
+-- its quota). The reply says how many share it; an asynchronous refill then takes the reserve.
 local function slow_acquire(a, k, cost)
     local debt = dict:get(k.debt) or 0
     local need = cost + debt
@@ -284,7 +288,8 @@ local function slow_acquire(a, k, cost)
     if not deg.allow_request() then
         return fail_open(a, k, cost)
     end
-    local want = floor(need + target_of(a, k))
+    local first = dict:get(k.nodes) == nil
+    local want = first and floor(need) or floor(need + target_of(a, k))
     -- what L2 must add to the lease, never more than a full bucket holds: a request costlier
     -- than the burst (the access phase caps its up-front charge at the burst) is admitted when
     -- the bucket is full, and debt above the burst is paid a full bucket at a time
@@ -312,6 +317,9 @@ local function slow_acquire(a, k, cost)
         return false, "app_disabled", { remaining = 0 }
     end
     note_grant(k, res, want)
+    if first and res[1] > 0 then
+        _M.trigger_refill(a, k)   -- the reserve, sized by the node count L2 just gave
+    end
     local granted = res[1]
     if granted <= 0 then
         -- an asynchronous refill may have taken what L2 had for this node: use it, not a 429

@@ -19,7 +19,7 @@ type Gateway struct {
 	BatchThreshold  int64         // TOLLGATE_BATCH_THRESHOLD 1000 requests
 	MinTarget       int64         // TOLLGATE_RESERVE_TARGET 1000 tokens
 	MaxTarget       int64         // TOLLGATE_MAX_TARGET 200000 tokens
-	TargetHorizon   float64       // TOLLGATE_TARGET_HORIZON 0.2 s of traffic
+	TargetHorizon   float64       // TOLLGATE_TARGET_HORIZON 0.5 s of traffic
 	RefillThreshold float64       // 0.2 of the target
 	IdleReturn      time.Duration // TOLLGATE_IDLE_RETURN 1 s
 	NegCacheMin     time.Duration // 0.05 s
@@ -33,7 +33,7 @@ type Gateway struct {
 // DefaultGateway are the gateway's defaults.
 func DefaultGateway() Gateway {
 	return Gateway{SyncInterval: 100 * time.Millisecond, BatchThreshold: 1000, MinTarget: 1000,
-		MaxTarget: 200_000, TargetHorizon: 0.2, RefillThreshold: 0.2, IdleReturn: time.Second,
+		MaxTarget: 200_000, TargetHorizon: 0.5, RefillThreshold: 0.2, IdleReturn: time.Second,
 		NegCacheMin: 50 * time.Millisecond, NegCacheMax: time.Second, Heartbeat: 5 * time.Second,
 		EWMA: 0.3, ScarceFor: 2 * time.Second, NodesFor: 10 * time.Second}
 }

@@ -446,7 +446,7 @@ func (s *Sim) refill(ai, j int) {
 	}
 	l.refilling = true
 	node := nodeID(a.nodes[j])
-	k, args := ledger.GrantCall(cluster, a.id, node, want, 1, s.now)
+	k, args := grantCall(a.id, node, want, 1, want, s.now)
 	s.async = append(s.async, call{name: "l2_grant", keys: k, args: args, done: func(res []any, err error) {
 		s.ready = append(s.ready, func() {
 			l.refilling = false
@@ -456,12 +456,26 @@ func (s *Sim) refill(ai, j int) {
 				return
 			}
 			s.credit(l, g.Granted)
-			s.noteGrant(l, g, want)
+			s.noteGrant(l, g, want, 1, want)
 		})
 	}})
 }
 
-func (s *Sim) noteGrant(l *lease, g ledger.Grant, want int64) {
+// grantCall is l2_grant of the gateway (lease/bucket.lua run_grant): `reserve` is the part of
+// `want` beyond what the node needs now, which L2 cuts to the node's share of the burst.
+func grantCall(app, node string, want, min, reserve, now int64) ([]string, []any) {
+	k, args := ledger.GrantCall(cluster, app, node, want, min, now)
+	return k, append(args, "", "", reserve)
+}
+
+// noteGrant is lease/bucket.lua note_grant(): scarce when L2 granted less than asked beyond
+// the cut of the reserve to the node's share of the burst; the count of active nodes.
+func (s *Sim) noteGrant(l *lease, g ledger.Grant, want, min, reserve int64) {
+	if reserve > 0 && g.ActiveNodes > 0 {
+		if over := reserve - g.Burst/(2*g.ActiveNodes); over > 0 {
+			want = max(min, want-over)
+		}
+	}
 	if g.Granted < want {
 		l.scarceUntil = s.now + s.cfg.Gateway.ScarceFor.Microseconds()
 	}
@@ -500,11 +514,12 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 			l := &a.leases[w.j]
 			cost := a.cost
 			first := !l.knowsNodes(s.now)
-			want := cost
+			var reserve int64
 			if !first {
-				want += l.reserve(s.cfg.Gateway, a.burst, s.now)
+				reserve = l.reserve(s.cfg.Gateway, a.burst, s.now)
 			}
-			k, args := ledger.GrantCall(cluster, a.id, nodeID(a.nodes[w.j]), want, cost, s.now)
+			want := cost + reserve
+			k, args := grantCall(a.id, nodeID(a.nodes[w.j]), want, cost, reserve, s.now)
 			w := w
 			calls = append(calls, call{name: "l2_grant", keys: k, args: args, done: func(res []any, err error) {
 				g, perr := ledger.ParseGrant(res)
@@ -514,7 +529,7 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 					a.m.wait[w.j] = 0
 					return
 				}
-				s.noteGrant(l, g, want)
+				s.noteGrant(l, g, want, cost, reserve)
 				if g.Granted <= 0 {
 					reason := g.Reason
 					if reason == "ok" {

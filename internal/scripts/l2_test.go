@@ -262,3 +262,38 @@ func TestLostGrantRecoveredOnce(t *testing.T) {
 		t.Fatalf("grant 12 recovered after the reconciler returned it: %v", res[7])
 	}
 }
+
+// A grant's reserve is cut to the node's share of half the burst among the app's active nodes,
+// counted at that grant (mutation: no cut — the fourth node got its whole reserve of 50): the
+// need itself (min) is never cut, and a grant without a reserve argument is granted in full.
+func TestGrantReserveCutToTheNodesShare(t *testing.T) {
+	r := testutil.StartRedis(t)
+	rdb, set := r.Client(), newSet(t)
+	c := ctx(t)
+	b := newL2(t, rdb, set, "share")
+	b.configure(c, t, 1, 400, 400, redisNowUS(c, t, rdb))
+	grant := func(node string, want, min, reserve int64) int64 {
+		t.Helper()
+		res, err := set.Run(c, rdb, "l2_grant", b.gKeys, node, want, min, "", "", "", reserve).Slice()
+		if err != nil {
+			t.Fatalf("l2_grant: %v", err)
+		}
+		return res[0].(int64)
+	}
+	// one node: its share is half the burst (200)
+	if got := grant("n1", 2+100, 2, 100); got != 102 {
+		t.Fatalf("one active node, reserve 100 of a share of 200: granted %d, want 102", got)
+	}
+	grant("n2", 2, 2, 0)
+	grant("n3", 2, 2, 0)
+	// four active nodes: a share of 400 / 8 = 50
+	if got := grant("n4", 2+100, 2, 100); got != 52 {
+		t.Fatalf("four active nodes, reserve 100: granted %d, want 2 + the share of 50", got)
+	}
+	if got := grant("n4", 120, 120, 100); got != 120 {
+		t.Fatalf("a need of 120 with a reserve of 100: granted %d, want the need (min) at least", got)
+	}
+	if got := grant("n4", 60, 1, 0); got != 60 {
+		t.Fatalf("no reserve argument: granted %d, want all 60", got)
+	}
+}

@@ -55,16 +55,18 @@ end
 
 -- L2 grant for app `a`: returns the script reply table, or nil, err. Every grant carries an id;
 -- `lost` is the id of an earlier grant whose reply never came (a timeout while Redis applied
--- it): L2 hands its amount back as reply[8] and grant() adds it to the lease.
-local function run_grant(red, a, want, min, gid, lost)
+-- it): L2 hands its amount back as reply[8] and grant() adds it to the lease. `reserve` is the
+-- part of `want` beyond what the node needs now: L2 cuts it to the node's share of the burst
+-- among the app's active nodes as it counts them at this grant.
+local function run_grant(red, a, want, min, gid, lost, reserve)
     return scripts.run(red, redis_scripts.l2_grant, 6, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
         a.k_active, a.k_debtors, conf.node_id,
-        format("%d", want), format("%d", min), "", gid, lost or "")
+        format("%d", want), format("%d", min), "", gid, lost or "", format("%d", reserve))
 end
 
 local credit
 
-local function grant(a, want, min, timeout_ms)
+local function grant(a, want, min, timeout_ms, reserve)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
     local k = K(a.id)
     local gk = k.grant_id or ("app:" .. a.id .. ":grant_id")   -- slow path only: no hit pays it
@@ -72,7 +74,8 @@ local function grant(a, want, min, timeout_ms)
     k.grant_id, k.lost_grant = gk, lk
     local gid = format("%d", dict:incr(gk, 1, floor(now() * 1000) * 1000))
     local lost = dict:get(lk)
-    local res, err = redis_client:with(timeout_ms, run_grant, a, want, min, gid, lost)
+    local res, err = redis_client:with(timeout_ms, run_grant, a, want, min, gid, lost,
+        reserve or 0)
     if not res then
         dict:set(lk, gid)   -- applied or not: the next grant asks (L2 knows its last one)
         return nil, err
@@ -130,12 +133,20 @@ local function hit_target(a, k)
     return v
 end
 
--- Remember what a grant said about L2: scarcity and the number of active nodes.
-local function note_grant(k, res, want)
+-- Remember what a grant said about L2: scarcity (it granted less than asked, beyond the cut of
+-- the reserve to the node's share of the burst) and the number of active nodes.
+local function note_grant(k, res, want, min, reserve)
+    local nodes = res[6]
+    if reserve > 0 and nodes > 0 then
+        local over = reserve - floor(res[4] / (2 * nodes))
+        if over > 0 then
+            want = want - over > min and want - over or min
+        end
+    end
     if res[1] < want then
         dict:set(k.scarce, true, 2)
     end
-    dict:set(k.nodes, res[6], 10)
+    dict:set(k.nodes, nodes, 10)
 end
 
 local function refill_timer(premature, a)
@@ -145,14 +156,15 @@ local function refill_timer(premature, a)
         return
     end
     local tokens = dict:get(k.tokens) or 0
-    local want = floor(target_of(a, k) - tokens + (dict:get(k.debt) or 0))
+    local reserve = floor(target_of(a, k) - tokens)
+    local want = reserve + floor(dict:get(k.debt) or 0)
     if want > 0 then
-        local res, err = grant(a, want, 1, conf.bg_timeout_ms)
+        local res, err = grant(a, want, 1, conf.bg_timeout_ms, reserve > 0 and reserve or 0)
         if res then
             if res[1] > 0 then
                 credit(k, res[1])
             end
-            note_grant(k, res, want)
+            note_grant(k, res, want, 1, reserve)
         else
             count_error(err)
             log(WARN, "tollgate: async refill of ", a.id, " failed: ", err)
@@ -289,7 +301,8 @@ local function slow_acquire(a, k, cost)
         return fail_open(a, k, cost)
     end
     local first = dict:get(k.nodes) == nil
-    local want = first and floor(need) or floor(need + target_of(a, k))
+    local reserve = first and 0 or floor(target_of(a, k))
+    local want = floor(need) + reserve
     -- what L2 must add to the lease, never more than a full bucket holds: a request costlier
     -- than the burst (the access phase caps its up-front charge at the burst) is admitted when
     -- the bucket is full, and debt above the burst is paid a full bucket at a time
@@ -300,7 +313,7 @@ local function slow_acquire(a, k, cost)
     if min < 1 then
         min = 1
     end
-    local res, err = grant(a, want, min, conf.op_timeout_ms)
+    local res, err = grant(a, want, min, conf.op_timeout_ms, reserve)
     if not res then
         count_error(err)
         return fail_open(a, k, cost)
@@ -316,7 +329,7 @@ local function slow_acquire(a, k, cost)
     if res[5] == "app_disabled" then
         return false, "app_disabled", { remaining = 0 }
     end
-    note_grant(k, res, want)
+    note_grant(k, res, want, min, reserve)
     if first and res[1] > 0 then
         _M.trigger_refill(a, k)   -- the reserve, sized by the node count L2 just gave
     end

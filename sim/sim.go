@@ -469,14 +469,15 @@ func grantCall(app, node string, want, min, reserve, now int64) ([]string, []any
 }
 
 // noteGrant is lease/bucket.lua note_grant(): scarce when L2 granted less than asked beyond
-// the cut of the reserve to the node's share of the burst; the count of active nodes.
+// the cut of the reserve to the node's share of the burst, or was left with less than a
+// quarter of the burst; the count of active nodes.
 func (s *Sim) noteGrant(l *lease, g ledger.Grant, want, min, reserve int64) {
 	if reserve > 0 && g.ActiveNodes > 0 {
 		if over := reserve - g.Burst/(2*g.ActiveNodes); over > 0 {
 			want = max(min, want-over)
 		}
 	}
-	if g.Granted < want {
+	if g.Granted < want || 4*g.TokensLeft < g.Burst {
 		l.scarceUntil = s.now + s.cfg.Gateway.ScarceFor.Microseconds()
 	}
 	l.nodes = g.ActiveNodes

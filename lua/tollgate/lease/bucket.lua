@@ -133,8 +133,10 @@ local function hit_target(a, k)
     return v
 end
 
--- Remember what a grant said about L2: scarcity (it granted less than asked, beyond the cut of
--- the reserve to the node's share of the burst) and the number of active nodes.
+-- Remember what a grant said about L2: the number of active nodes, and scarcity — it granted
+-- less than asked (beyond the cut of the reserve to the node's share of the burst), or it left
+-- L2 with less than a quarter of the burst (the app spends its burst: a node that seldom
+-- grants, with little traffic of the app, must not keep a reserve the busy nodes need).
 local function note_grant(k, res, want, min, reserve)
     local nodes = res[6]
     if reserve > 0 and nodes > 0 then
@@ -143,7 +145,7 @@ local function note_grant(k, res, want, min, reserve)
             want = want - over > min and want - over or min
         end
     end
-    if res[1] < want then
+    if res[1] < want or res[2] * 4 < res[4] then
         dict:set(k.scarce, true, 2)
     end
     dict:set(k.nodes, nodes, 10)

@@ -116,16 +116,35 @@ func TestIdleNodeDoesNotStrandTokens(t *testing.T) {
 
 // Nodes that start serving an app together share its burst: a node's first grant of an app,
 // before L2 has told it how many nodes share the app, takes the request alone (its reserve
-// follows once it knows), so the first requests on four nodes are all admitted while the app is
-// under its quota (mutation: a reserve of burst / 2 in the first grant, as a node alone would
-// hold — the first two nodes took the whole burst and the others were refused app_exhausted).
+// follows, sized by that count). Node 1 serves the app alone and holds half its burst; then
+// the app's first requests reach four other nodes at once, while the app is far under its
+// quota: all four are admitted (mutation: a reserve in the first grant — even cut by L2 to the
+// share of the moment, 15, 10, 7 and 6 of a burst of 60, the first three left the fourth
+// nothing and it was refused app_exhausted).
 func TestNodesStartingTogetherShareTheBurst(t *testing.T) {
 	const g, b = 10, 60
-	s := newStack(t, stackOptions{nodes: 4, apps: []store.App{app("herd", g, b)}})
-	for _, gw := range s.gws {
-		if r := gw.Do("HEAD", "/bucket/obj", "herd", nil, nil); r.Status != 200 {
-			t.Fatalf("first request of the app on %s: %d %s (L2 %v, leases %v)", gw.NodeID, r.Status,
-				r.Body, s.l2("herd"), s.leases("herd"))
+	s := newStack(t, stackOptions{nodes: 5, workers: 1, apps: []store.App{app("herd", g, b)}})
+	if r := s.gws[0].Do("HEAD", "/bucket/obj", "herd", nil, nil); r.Status != 200 {
+		t.Fatalf("first request on %s: %d %s", s.gws[0].NodeID, r.Status, r.Body)
+	}
+	eventually(t, "node 1's lease", func() bool { return s.gws[0].State("herd").Tokens >= b/2 })
+	start := make(chan struct{})
+	status := make([]int, 4)
+	var wg sync.WaitGroup
+	for i, gw := range s.gws[1:] {
+		wg.Add(1)
+		go func(i int, gw *harness.Gateway) {
+			defer wg.Done()
+			<-start
+			status[i] = gw.Do("HEAD", "/bucket/obj", "herd", nil, nil).Status
+		}(i, gw)
+	}
+	close(start)
+	wg.Wait()
+	for i, st := range status {
+		if st != 200 {
+			t.Fatalf("first requests of the app on nodes 2-5: %v (node %d refused; L2 %v, leases %v)",
+				status, i+2, s.l2("herd"), s.leases("herd"))
 		}
 	}
 }

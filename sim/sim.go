@@ -456,7 +456,7 @@ func (s *Sim) refill(ai, j int) {
 				return
 			}
 			s.credit(l, g.Granted)
-			s.noteGrant(l, g, want, 1, want)
+			s.noteGrant(l, g, want, res)
 		})
 	}})
 }
@@ -468,13 +468,13 @@ func grantCall(app, node string, want, min, reserve, now int64) ([]string, []any
 	return k, append(args, "", "", reserve)
 }
 
-// noteGrant is lease/bucket.lua note_grant(): scarce when L2 granted less than asked beyond
-// the cut of the reserve to the node's share of the burst, or was left with less than a
-// quarter of the burst; the count of active nodes.
-func (s *Sim) noteGrant(l *lease, g ledger.Grant, want, min, reserve int64) {
-	if reserve > 0 && g.ActiveNodes > 0 {
-		if over := reserve - g.Burst/(2*g.ActiveNodes); over > 0 {
-			want = max(min, want-over)
+// noteGrant is lease/bucket.lua note_grant(): scarce when L2 granted less than asked after the
+// cut of the reserve to the node's share (the reply's ninth field), or was left with less than
+// a quarter of the burst; the count of active nodes.
+func (s *Sim) noteGrant(l *lease, g ledger.Grant, want int64, res []any) {
+	if len(res) > 8 {
+		if v, ok := res[8].(int64); ok {
+			want = v
 		}
 	}
 	if g.Granted < want || 4*g.TokensLeft < g.Burst {
@@ -530,7 +530,7 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 					a.m.wait[w.j] = 0
 					return
 				}
-				s.noteGrant(l, g, want, cost, reserve)
+				s.noteGrant(l, g, want, res)
 				if g.Granted <= 0 {
 					reason := g.Reason
 					if reason == "ok" {

@@ -88,7 +88,8 @@ func TestActiveSubsetSameAsScanAll(t *testing.T) {
 // slow_acquire): 16 nodes whose first requests of four apps under quota come in the same step
 // are all served — a node's first grant takes the request alone, its reserve follows once the
 // reply has said how many nodes share the app (mutation: a reserve of burst / 2 in the first
-// grant — the first nodes took the burst and the others were refused).
+// grant, sized for a node alone — 20 requests refused, although L2 cuts each reserve to the
+// node's share of what it holds).
 func TestNodesStartingTogetherShareTheBurst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")

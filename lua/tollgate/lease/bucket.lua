@@ -134,21 +134,15 @@ local function hit_target(a, k)
 end
 
 -- Remember what a grant said about L2: the number of active nodes, and scarcity — it granted
--- less than asked (beyond the cut of the reserve to the node's share of the burst), or it left
--- L2 with less than a quarter of the burst (the app spends its burst: a node that seldom
--- grants, with little traffic of the app, must not keep a reserve the busy nodes need).
-local function note_grant(k, res, want, min, reserve)
-    local nodes = res[6]
-    if reserve > 0 and nodes > 0 then
-        local over = reserve - floor(res[4] / (2 * nodes))
-        if over > 0 then
-            want = want - over > min and want - over or min
-        end
-    end
-    if res[1] < want or res[2] * 4 < res[4] then
+-- less than asked (beyond the cut of the reserve to the node's share, reply[9]), or it left L2
+-- with less than a quarter of the burst (the app spends its burst: a node that seldom grants,
+-- with little traffic of the app, must not keep a reserve the busy nodes need).
+local function note_grant(k, res, want)
+    local asked = res[9] or want
+    if res[1] < asked or res[2] * 4 < res[4] then
         dict:set(k.scarce, true, 2)
     end
-    dict:set(k.nodes, nodes, 10)
+    dict:set(k.nodes, res[6], 10)
 end
 
 local function refill_timer(premature, a)
@@ -166,7 +160,7 @@ local function refill_timer(premature, a)
             if res[1] > 0 then
                 credit(k, res[1])
             end
-            note_grant(k, res, want, 1, reserve)
+            note_grant(k, res, want)
         else
             count_error(err)
             log(WARN, "tollgate: async refill of ", a.id, " failed: ", err)
@@ -331,7 +325,7 @@ local function slow_acquire(a, k, cost)
     if res[5] == "app_disabled" then
         return false, "app_disabled", { remaining = 0 }
     end
-    note_grant(k, res, want, min, reserve)
+    note_grant(k, res, want)
     if first and res[1] > 0 then
         _M.trigger_refill(a, k)   -- the reserve, sized by the node count L2 just gave
     end

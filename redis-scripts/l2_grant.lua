@@ -10,8 +10,13 @@
 -- ARGV[6] optional id of an earlier grant whose reply the node never received (a timeout): if
 --         it was applied and is the node's last, its amount is returned once as `recovered`
 --         (the node adds it to its lease; it is counted as granted already)
+-- ARGV[7] optional reserve: the part of `requested` the node asks for beyond what it needs now
+--         (its lease's reserve target); it is cut to the node's share among the app's active
+--         nodes, counted now: of half the burst, and of what L2 holds beyond `min` (the node
+--         sized it with the count of its last reply, which is stale when many nodes start
+--         serving the app together)
 -- Returns {granted, tokens_left, rate_milli, burst, reason, active_nodes, emergency_until,
---          recovered}
+--          recovered, requested (after the cut of the reserve)}
 local node = ARGV[1]
 local requested = math.floor(tonumber(ARGV[2]) or 0)
 local min_needed = math.floor(tonumber(ARGV[3]) or 0)
@@ -38,6 +43,25 @@ if not b.enabled then
 end
 local st = tg_settle(b, KEYS[4], now)
 local ratio = st.em and tg_ratio(b.prio) or 1
+
+-- this node is one of the app's active nodes (those with a grant in the last 10 s)
+local now_s = math.floor(now / 1000000)
+redis.call('ZADD', KEYS[3], now_s, node)
+if KEYS[5] then
+    redis.call('ZADD', KEYS[5], now_s, tg_app_of(KEYS[1]))
+end
+local active = redis.call('ZCOUNT', KEYS[3], now_s - 10, '+inf')
+local reserve = math.floor(tonumber(ARGV[7]) or 0)
+if reserve > 0 then
+    local share = math.floor(b.burst / (2 * active))
+    local spare = math.floor(b.tokens) - min_needed
+    if spare >= 0 and math.floor(spare / active) < share then
+        share = math.floor(spare / active) -- never all L2 holds: the others' first grants need some
+    end
+    if reserve > share then
+        requested = math.max(min_needed, requested - (reserve - share))
+    end
+end
 
 -- Borrow between `need` and `want` tokens from L1. Returns nil or a failure reason.
 local function borrow(need, want)
@@ -96,11 +120,6 @@ end
 b.tokens = b.tokens - granted
 tg_save_l2(KEYS[1], b)
 
-local now_s = math.floor(now / 1000000)
-redis.call('ZADD', KEYS[3], now_s, node)
-if KEYS[5] then
-    redis.call('ZADD', KEYS[5], now_s, tg_app_of(KEYS[1]))
-end
 if granted > 0 then
     redis.call('HINCRBY', KEYS[2], node .. ':granted', granted)
     redis.call('HINCRBY', KEYS[2], node .. ':unreported', granted)
@@ -110,6 +129,5 @@ end
 if gid and gid ~= '' then
     redis.call('HSET', KEYS[2], node .. ':gid', gid, node .. ':gamt', granted)
 end
-local active = redis.call('ZCOUNT', KEYS[3], now_s - 10, '+inf')
 return { granted, math.floor(b.tokens), math.floor(b.rate * b.factor * 1000), b.burst, reason,
-         active, st.em and math.floor(st.em_until_us / 1000000) or 0, recovered }
+         active, st.em and math.floor(st.em_until_us / 1000000) or 0, recovered, requested }

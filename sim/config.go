@@ -19,7 +19,7 @@ type Gateway struct {
 	BatchThreshold  int64         // TOLLGATE_BATCH_THRESHOLD 1000 requests
 	MinTarget       int64         // TOLLGATE_RESERVE_TARGET 1000 tokens
 	MaxTarget       int64         // TOLLGATE_MAX_TARGET 200000 tokens
-	TargetHorizon   float64       // TOLLGATE_TARGET_HORIZON 0.2 s of traffic
+	TargetHorizon   float64       // TOLLGATE_TARGET_HORIZON 0.5 s of traffic
 	RefillThreshold float64       // 0.2 of the target
 	IdleReturn      time.Duration // TOLLGATE_IDLE_RETURN 1 s
 	NegCacheMin     time.Duration // 0.05 s
@@ -27,14 +27,15 @@ type Gateway struct {
 	Heartbeat       time.Duration // 5 s (lease/sync.lua HEARTBEAT)
 	EWMA            float64       // 0.3 (lease/sync.lua EWMA)
 	ScarceFor       time.Duration // 2 s (lease/bucket.lua note_grant)
+	NodesFor        time.Duration // 10 s: a grant's count of active nodes is remembered (note_grant)
 }
 
 // DefaultGateway are the gateway's defaults.
 func DefaultGateway() Gateway {
 	return Gateway{SyncInterval: 100 * time.Millisecond, BatchThreshold: 1000, MinTarget: 1000,
-		MaxTarget: 200_000, TargetHorizon: 0.2, RefillThreshold: 0.2, IdleReturn: time.Second,
+		MaxTarget: 200_000, TargetHorizon: 0.5, RefillThreshold: 0.2, IdleReturn: time.Second,
 		NegCacheMin: 50 * time.Millisecond, NegCacheMax: time.Second, Heartbeat: 5 * time.Second,
-		EWMA: 0.3, ScarceFor: 2 * time.Second}
+		EWMA: 0.3, ScarceFor: 2 * time.Second, NodesFor: 10 * time.Second}
 }
 
 // Config is one simulation run.

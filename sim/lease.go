@@ -15,20 +15,45 @@ type lease struct {
 	reported     int64
 	giveBack     int64 // cut by an emergency, returned with the next report
 
-	target     int64
+	joined     bool    // a grant has put tokens in it: worker 0's tick visits it (lease/active.lua)
+	tracked    bool    // the tick keeps its rate (lease/sync.lua state[app])
+	targetSet  bool    // a tick has computed its target (the dict's target key)
+	target     int64   // the tick's target
 	rate       float64 // EWMA of the node's consumption, tokens/s
 	lastTotal  int64
 	lastActive int64 // virtual µs
 	lastReport int64
-	started    bool
 
 	scarceUntil int64
 	negUntil    int64
 	negReason   string
 	nodes       int64 // active nodes of the app, from the last grant
+	nodesUntil  int64 // virtual µs the node remembers that count until (0: never had one)
 
 	seq       int64
 	refilling bool // an asynchronous refill is in flight
+}
+
+// knowsNodes is whether the node remembers how many nodes share the app (the dict's nodes
+// key, kept NodesFor after each grant): if not, its next grant asks for no reserve.
+func (l *lease) knowsNodes(now int64) bool { return l.nodesUntil > now }
+
+// nodesOr1 is the app's active nodes as the node's tick reads them (1 when it does not know).
+func (l *lease) nodesOr1(now int64) int64 {
+	if l.knowsNodes(now) && l.nodes > 0 {
+		return l.nodes
+	}
+	return 1
+}
+
+// reserve is lease/bucket.lua target_of(): the tick's target, or before the first tick the
+// minimum target capped at a fair share of the burst among the nodes the node knows of.
+func (l *lease) reserve(g Gateway, burst, now int64) int64 {
+	if l.targetSet {
+		return l.target
+	}
+	share := float64(burst) / float64(2*l.nodesOr1(now))
+	return int64(math.Min(float64(g.MinTarget), math.Floor(share)))
 }
 
 // targetOf is lease/sync.lua's target(): ~TargetHorizon of the node's traffic, at least MinTarget

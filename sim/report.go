@@ -30,7 +30,7 @@ func (r *Result) Print(w io.Writer) {
 		{fmt.Sprintf("utilisation: admitted / ideal before the shift, %d apps with demand > quota", r.OverQuotaApps), pct(r.Utilisation), ">= 98 %"},
 		{"utilisation, worst app / 5th percentile", pct(r.UtilWorst) + " / " + pct(r.UtilP5), ""},
 		{"refused where the ideal bucket refused nothing, after warm-up", pct(r.FalseReject), ""},
-		{"the same during warm-up (first leases ask for the 1000-token minimum target)", fmt.Sprintf("%d tokens", r.StartRejected), ""},
+		{"the same during warm-up", fmt.Sprintf("%d tokens", r.StartRejected), ""},
 		{"drift, max over apps and reconciliation windows", pct(r.DriftMax), "< 1 %"},
 		{"drift, mean", pct(r.DriftMean), ""},
 		{"drift corrections (apps) / L1 corrections", fmt.Sprintf("%d / %d", r.Corrections, r.L1Corrections), ""},

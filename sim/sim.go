@@ -418,9 +418,11 @@ func (s *Sim) serve(ai, j int, k int64) int64 {
 		l.pendingCost += take * a.cost
 		l.pendingCount += take
 		s.m.admit(a, take*a.cost)
-	}
-	if float64(l.tokens) < float64(l.target)*s.cfg.Gateway.RefillThreshold && !l.refilling {
-		s.refill(ai, j)
+		// the hot path: a deduction that leaves less than RefillThreshold of the target starts
+		// the asynchronous refill (a request that finds the lease empty takes the slow path)
+		if float64(l.tokens) < float64(l.reserve(s.cfg.Gateway, a.burst, s.now))*s.cfg.Gateway.RefillThreshold {
+			s.refill(ai, j)
+		}
 	}
 	rest := k - take
 	if rest > 0 && l.negUntil > s.now {
@@ -435,13 +437,16 @@ func (s *Sim) serve(ai, j int, k int64) int64 {
 func (s *Sim) refill(ai, j int) {
 	a := s.apps[ai]
 	l := &a.leases[j]
-	want := l.target - l.tokens
+	if l.refilling {
+		return
+	}
+	want := l.reserve(s.cfg.Gateway, a.burst, s.now) - l.tokens
 	if want <= 0 {
 		return
 	}
 	l.refilling = true
 	node := nodeID(a.nodes[j])
-	k, args := ledger.GrantCall(cluster, a.id, node, want, 1, s.now)
+	k, args := grantCall(a.id, node, want, 1, want, s.now)
 	s.async = append(s.async, call{name: "l2_grant", keys: k, args: args, done: func(res []any, err error) {
 		s.ready = append(s.ready, func() {
 			l.refilling = false
@@ -450,21 +455,49 @@ func (s *Sim) refill(ai, j int) {
 				s.m.errors++
 				return
 			}
-			l.tokens += g.Granted
-			s.noteGrant(l, g, want)
+			s.credit(l, g.Granted)
+			s.noteGrant(l, g, want, res)
 		})
 	}})
 }
 
-func (s *Sim) noteGrant(l *lease, g ledger.Grant, want int64) {
-	if g.Granted < want {
+// grantCall is l2_grant of the gateway (lease/bucket.lua run_grant): `reserve` is the part of
+// `want` beyond what the node needs now, which L2 cuts to the node's share of the burst.
+func grantCall(app, node string, want, min, reserve, now int64) ([]string, []any) {
+	k, args := ledger.GrantCall(cluster, app, node, want, min, now)
+	return k, append(args, "", "", reserve)
+}
+
+// noteGrant is lease/bucket.lua note_grant(): scarce when L2 granted less than asked after the
+// cut of the reserve to the node's share (the reply's ninth field), or was left with less than
+// a quarter of the burst; the count of active nodes.
+func (s *Sim) noteGrant(l *lease, g ledger.Grant, want int64, res []any) {
+	if len(res) > 8 {
+		if v, ok := res[8].(int64); ok {
+			want = v
+		}
+	}
+	if g.Granted < want || 4*g.TokensLeft < g.Burst {
 		l.scarceUntil = s.now + s.cfg.Gateway.ScarceFor.Microseconds()
 	}
 	l.nodes = g.ActiveNodes
+	l.nodesUntil = s.now + s.cfg.Gateway.NodesFor.Microseconds()
+}
+
+// credit adds granted tokens to a lease; a lease with tokens joins the node's active set, which
+// worker 0's tick visits (lease/active.lua mark).
+func (s *Sim) credit(l *lease, granted int64) {
+	if granted <= 0 {
+		return
+	}
+	l.tokens += granted
+	l.joined = true
 }
 
 // slowPaths is l3_bucket.slow_acquire: one synchronous grant of (request + reserve) per lease
-// with waiting requests, in rounds until every waiting request is served or refused.
+// with waiting requests, in rounds until every waiting request is served or refused. A node
+// that does not know how many nodes share the app asks for the request alone, and its
+// asynchronous refill takes the reserve once the reply has told it.
 func (s *Sim) slowPaths(need []syncNeed) error {
 	for round := 0; len(need) > 0; round++ {
 		if round == 64 {
@@ -481,8 +514,13 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 			a := s.apps[w.a]
 			l := &a.leases[w.j]
 			cost := a.cost
-			want := cost + l.target
-			k, args := ledger.GrantCall(cluster, a.id, nodeID(a.nodes[w.j]), want, cost, s.now)
+			first := !l.knowsNodes(s.now)
+			var reserve int64
+			if !first {
+				reserve = l.reserve(s.cfg.Gateway, a.burst, s.now)
+			}
+			want := cost + reserve
+			k, args := grantCall(a.id, nodeID(a.nodes[w.j]), want, cost, reserve, s.now)
 			w := w
 			calls = append(calls, call{name: "l2_grant", keys: k, args: args, done: func(res []any, err error) {
 				g, perr := ledger.ParseGrant(res)
@@ -492,7 +530,7 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 					a.m.wait[w.j] = 0
 					return
 				}
-				s.noteGrant(l, g, want)
+				s.noteGrant(l, g, want, res)
 				if g.Granted <= 0 {
 					reason := g.Reason
 					if reason == "ok" {
@@ -504,12 +542,15 @@ func (s *Sim) slowPaths(need []syncNeed) error {
 					a.m.wait[w.j] = 0
 					return
 				}
-				l.tokens += g.Granted
+				s.credit(l, g.Granted)
 				rest := a.m.wait[w.j]
 				a.m.wait[w.j] = 0
 				if left := s.serve(w.a, w.j, rest); left > 0 {
 					a.m.wait[w.j] = left
 					next = append(next, w)
+				}
+				if first {
+					s.refill(w.a, w.j)
 				}
 			}})
 		}
@@ -552,9 +593,13 @@ func (s *Sim) ticks() []call {
 
 func (s *Sim) upkeep(a *app, l *lease, n int) (call, bool) {
 	g := s.cfg.Gateway
+	if !l.joined {
+		return call{}, false // not in the node's active set: the tick does not visit it
+	}
 	total := l.reported + l.pendingCost
-	if !l.started {
-		l.started, l.lastTotal, l.lastActive = true, total, s.now
+	if !l.tracked {
+		// the first tick since the app joined: its rate starts from here
+		l.tracked, l.targetSet, l.lastTotal, l.lastActive, l.rate, l.lastReport = true, true, total, s.now, 0, 0
 	}
 	delta := total - l.lastTotal
 	l.lastTotal = total
@@ -563,7 +608,7 @@ func (s *Sim) upkeep(a *app, l *lease, n int) (call, bool) {
 	}
 	l.rate += g.EWMA * (float64(delta)/g.SyncInterval.Seconds() - l.rate)
 	scarce := l.scarceUntil > s.now
-	l.target = targetOf(g, l.rate, scarce, a.burst, l.nodes)
+	l.target = targetOf(g, l.rate, scarce, a.burst, l.nodesOr1(s.now))
 	if s.nodes[n].emUntil > 0 {
 		l.target = int64(math.Floor(float64(l.target) * ratio[a.prio]))
 	}
@@ -579,6 +624,12 @@ func (s *Sim) upkeep(a *app, l *lease, n int) (call, bool) {
 	}
 	force := (l.tokens > 0 || returned > 0) && s.now-l.lastReport >= g.Heartbeat.Microseconds()
 	if l.pendingCost == 0 && l.pendingCount == 0 && returned == 0 && !force {
+		// lease/sync.lua tick: a quiet app with nothing left to report leaves the active set
+		// (its target stays as the last tick left it)
+		if l.tokens == 0 && l.giveBack == 0 && s.now-l.lastActive >= (g.IdleReturn+g.Heartbeat).Microseconds() &&
+			s.now-l.lastReport >= g.Heartbeat.Microseconds() {
+			l.joined, l.tracked = false, false
+		}
 		return call{}, false
 	}
 	return s.report(a, l, n, returned), true
@@ -711,7 +762,7 @@ func (s *Sim) customDown() {
 			// a restarted gateway's report sequence goes on from its clock (lease/sync.lua
 			// seq_base): L2 applies its reports, the first of which replaces what it held
 			seq := a.leases[r.j].seq + 1_000_000
-			a.leases[r.j] = lease{target: s.cfg.Gateway.MinTarget, nodes: 1, seq: seq}
+			a.leases[r.j] = lease{seq: seq}
 			a.due[r.j] = 0
 		}
 	}

@@ -75,10 +75,6 @@ func workload(c Config, rng *rand.Rand) []*app {
 		}
 		normalize(a.share)
 		a.leases = make([]lease, n)
-		for j := range a.leases {
-			a.leases[j].target = c.Gateway.MinTarget
-			a.leases[j].nodes = 1
-		}
 		a.shifted = a.active && n >= 2 && a.load > 1 && i%2 == 0
 		a.control = a.active && n >= 2 && a.load > 1 && i%2 == 1
 		apps[i] = a
@@ -165,10 +161,6 @@ func customWorkload(c Config) []*app {
 		}
 		a.leases = make([]lease, c.Nodes)
 		a.due = make([]float64, c.Nodes)
-		for j := range a.leases {
-			a.leases[j].target = c.Gateway.MinTarget
-			a.leases[j].nodes = 1
-		}
 		apps[i] = a
 	}
 	return apps

@@ -64,6 +64,9 @@ func TestEmergencyReachesEveryNodeAtOnce(t *testing.T) {
 			}
 		}
 	}
+	// a node's first grant of an app takes the request alone, its reserve follows
+	// asynchronously: P1's lease is what the activation cuts
+	eventually(t, "P1 lease on "+s.gws[0].NodeID, func() bool { return s.gws[0].State("demo-p1").Tokens > 1 })
 	p1Before := s.gws[0].State("demo-p1").Tokens
 	start := time.Now()
 	s.activateEmergency(30 * time.Second)

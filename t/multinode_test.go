@@ -113,3 +113,45 @@ func TestIdleNodeDoesNotStrandTokens(t *testing.T) {
 		t.Fatalf("admitted %d deviates %.2f%% from what L2 could grant", admitted, dev*100)
 	}
 }
+
+// Nodes that start serving an app together share its burst: a node's first grant of an app,
+// before L2 has told it how many nodes share the app, takes the request alone (its reserve
+// follows, sized by that count), and L2 cuts every reserve to the node's share of what it holds
+// among the nodes it counts at that grant. Node 1 serves the app alone and holds half its
+// burst; then the app's first requests reach four other nodes at once, while the app is far
+// under its quota: all four are admitted (mutation: a reserve in the first grant and no cut by
+// L2 — nodes 2 and 3 took the rest of the burst and the others were refused app_exhausted;
+// either alone keeps this case, the simulator's TestNodesStartingTogetherShareTheBurst and
+// internal/scripts' TestGrantReserveCutToTheNodesShare fail without each).
+func TestNodesStartingTogetherShareTheBurst(t *testing.T) {
+	const g, b = 10, 60
+	s := newStack(t, stackOptions{nodes: 5, workers: 1, apps: []store.App{app("herd", g, b)}})
+	if r := s.gws[0].Do("HEAD", "/bucket/obj", "herd", nil, nil); r.Status != 200 {
+		t.Fatalf("first request on %s: %d %s", s.gws[0].NodeID, r.Status, r.Body)
+	}
+	eventually(t, "node 1's lease", func() bool { return s.gws[0].State("herd").Tokens >= b/2 })
+	// warm connections (client to node, node to Redis) with another app, so that the four
+	// first requests below reach Redis together
+	for _, gw := range s.gws[1:] {
+		gw.Do("HEAD", "/bucket/obj", "demo-p0", nil, nil)
+	}
+	start := make(chan struct{})
+	status := make([]int, 4)
+	var wg sync.WaitGroup
+	for i, gw := range s.gws[1:] {
+		wg.Add(1)
+		go func(i int, gw *harness.Gateway) {
+			defer wg.Done()
+			<-start
+			status[i] = gw.Do("HEAD", "/bucket/obj", "herd", nil, nil).Status
+		}(i, gw)
+	}
+	close(start)
+	wg.Wait()
+	for i, st := range status {
+		if st != 200 {
+			t.Fatalf("first requests of the app on nodes 2-5: %v (node %d refused; L2 %v, leases %v)",
+				status, i+2, s.l2("herd"), s.leases("herd"))
+		}
+	}
+}

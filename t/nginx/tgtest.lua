@@ -54,7 +54,10 @@ function actions.set()
     dict:set(k.pending_count, 0)
     dict:set(k.debt, 0)
     dict:delete(k.neg)
-    require("tollgate.lease.active").mark(a.id)   -- the node holds state of it, as after a grant
+    -- as after a grant: the node holds state of the app and knows how many nodes share it
+    -- (one, or ?nodes=), so that its next grant asks for a reserve
+    dict:set(k.nodes, tonumber(ngx.var.arg_nodes) or 1)
+    require("tollgate.lease.active").mark(a.id)
     reply({ ok = true })
 end
 

@@ -55,16 +55,18 @@ end
 
 -- L2 grant for app `a`: returns the script reply table, or nil, err. Every grant carries an id;
 -- `lost` is the id of an earlier grant whose reply never came (a timeout while Redis applied
--- it): L2 hands its amount back as reply[8] and grant() adds it to the lease.
-local function run_grant(red, a, want, min, gid, lost)
+-- it): L2 hands its amount back as reply[8] and grant() adds it to the lease. `reserve` is the
+-- part of `want` beyond what the node needs now: L2 cuts it to the node's share of the burst
+-- among the app's active nodes as it counts them at this grant.
+local function run_grant(red, a, want, min, gid, lost, reserve)
     return scripts.run(red, redis_scripts.l2_grant, 6, a.k_l2, a.k_leases, a.k_nodes, a.k_l1,
         a.k_active, a.k_debtors, conf.node_id,
-        format("%d", want), format("%d", min), "", gid, lost or "")
+        format("%d", want), format("%d", min), "", gid, lost or "", format("%d", reserve))
 end
 
 local credit
 
-local function grant(a, want, min, timeout_ms)
+local function grant(a, want, min, timeout_ms, reserve)
     metrics.inc('ratelimit_redis_calls_total{op="grant"}')
     local k = K(a.id)
     local gk = k.grant_id or ("app:" .. a.id .. ":grant_id")   -- slow path only: no hit pays it
@@ -72,7 +74,8 @@ local function grant(a, want, min, timeout_ms)
     k.grant_id, k.lost_grant = gk, lk
     local gid = format("%d", dict:incr(gk, 1, floor(now() * 1000) * 1000))
     local lost = dict:get(lk)
-    local res, err = redis_client:with(timeout_ms, run_grant, a, want, min, gid, lost)
+    local res, err = redis_client:with(timeout_ms, run_grant, a, want, min, gid, lost,
+        reserve or 0)
     if not res then
         dict:set(lk, gid)   -- applied or not: the next grant asks (L2 knows its last one)
         return nil, err
@@ -130,9 +133,13 @@ local function hit_target(a, k)
     return v
 end
 
--- Remember what a grant said about L2: scarcity and the number of active nodes.
+-- Remember what a grant said about L2: the number of active nodes, and scarcity — it granted
+-- less than asked (beyond the cut of the reserve to the node's share, reply[9]), or it left L2
+-- with less than a quarter of the burst (the app spends its burst: a node that seldom grants,
+-- with little traffic of the app, must not keep a reserve the busy nodes need).
 local function note_grant(k, res, want)
-    if res[1] < want then
+    local asked = res[9] or want
+    if res[1] < asked or res[2] * 4 < res[4] then
         dict:set(k.scarce, true, 2)
     end
     dict:set(k.nodes, res[6], 10)
@@ -145,9 +152,10 @@ local function refill_timer(premature, a)
         return
     end
     local tokens = dict:get(k.tokens) or 0
-    local want = floor(target_of(a, k) - tokens + (dict:get(k.debt) or 0))
+    local reserve = floor(target_of(a, k) - tokens)
+    local want = reserve + floor(dict:get(k.debt) or 0)
     if want > 0 then
-        local res, err = grant(a, want, 1, conf.bg_timeout_ms)
+        local res, err = grant(a, want, 1, conf.bg_timeout_ms, reserve > 0 and reserve or 0)
         if res then
             if res[1] > 0 then
                 credit(k, res[1])
@@ -276,6 +284,10 @@ local function lease_after_refill(k, cost)
 end
 
 -- The lease is empty: ask L2 for this request plus a reserve, under the operation timeout.
+-- A node that does not know how many nodes share the app (its first grant of the app, or none
+-- for 10 s) asks for the request alone: a reserve sized for one node, taken by each of many
+-- nodes starting together, would empty L2 for the rest of them (refused while the app is under
+-- its quota). The reply says how many share it; an asynchronous refill then takes the reserve.
 local function slow_acquire(a, k, cost)
     local debt = dict:get(k.debt) or 0
     local need = cost + debt
@@ -287,7 +299,9 @@ local function slow_acquire(a, k, cost)
     if not deg.allow_request() then
         return fail_open(a, k, cost)
     end
-    local want = floor(need + target_of(a, k))
+    local first = dict:get(k.nodes) == nil
+    local reserve = first and 0 or floor(target_of(a, k))
+    local want = floor(need) + reserve
     -- what L2 must add to the lease, never more than a full bucket holds: a request costlier
     -- than the burst (the access phase caps its up-front charge at the burst) is admitted when
     -- the bucket is full, and debt above the burst is paid a full bucket at a time
@@ -298,7 +312,7 @@ local function slow_acquire(a, k, cost)
     if min < 1 then
         min = 1
     end
-    local res, err = grant(a, want, min, conf.op_timeout_ms)
+    local res, err = grant(a, want, min, conf.op_timeout_ms, reserve)
     if not res then
         count_error(err)
         return fail_open(a, k, cost)
@@ -315,6 +329,9 @@ local function slow_acquire(a, k, cost)
         return false, "app_disabled", { remaining = 0 }
     end
     note_grant(k, res, want)
+    if first and res[1] > 0 then
+        _M.trigger_refill(a, k)   -- the reserve, sized by the node count L2 just gave
+    end
     local granted = res[1]
     if granted <= 0 then
         -- an asynchronous refill may have taken what L2 had for this node: use it, not a 429

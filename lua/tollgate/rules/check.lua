@@ -1,7 +1,10 @@
 -- Rules (docs/rules-contract.md §2): per worker, the rule set of the current config generation
--- compiled once (checked, sorted by priority then id, indexed by app and method), then checked for
--- each request after the connection limiter and before the tiers. Without rules a request
--- pays one comparison (the generation comes from cfgcache.on_generation, not from the dict).
+-- compiled once (checked, sorted by priority then id, indexed by app, method, bucket and
+-- header values: tollgate.rules.index), then checked for each request after the connection
+-- limiter and before the tiers: a request walks only the rules the index gives it. Without
+-- rules a request pays one comparison (the generation comes from cfgcache.on_generation, not
+-- from the dict). The headers rules match on are read with the request path's own
+-- (reqheaders.want), not by reading every header.
 -- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
 -- rules_global); the hits/actions counters are metrics series, pushed to
 -- `ratelimit:rules:stats` by worker 0 about every second.
@@ -16,15 +19,16 @@ local events = require("tollgate.events")
 local cfgcache = require("tollgate.config.cache")
 local reqheaders = require("tollgate.request.headers")
 local glob_match = require("tollgate.rules.glob").match
+local index = require("tollgate.rules.index")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
 local mdict = ngx.shared.tollgate_metrics
 local var = ngx.var
 local now = ngx.now
+local start_time = ngx.req.start_time
 local sleep = ngx.sleep
 local md5 = ngx.md5
-local match = string.match
 local find = string.find
 local byte = string.byte
 local sub = string.sub
@@ -38,8 +42,28 @@ local conf, redis_client, redis_scripts
 local gen = false             -- generation of the compiled set
 local current = nil           -- the generation this worker serves (cfgcache.on_generation)
 local all = {}                -- every enabled rule, in order
-local memo = {}               -- app id -> method -> candidate rules (lazily)
-local memo_n = 0
+local ix = index.new(all, function() return false end)
+
+-- Header names the request path reads for the rules (reqheaders.want; at most WANT_MAX long,
+-- its limit). A name wanted at time T is in the headers table of every request that started
+-- after T; an older request (its headers read before) reads them all instead, for WANT_GRACE
+-- seconds (far longer than a request's access phase waits for anything before the rules).
+local WANT_MAX = 64
+local WANT_GRACE = 300
+local wanted = {}
+local want_since = nil
+
+local function indexed(name)
+    return #name <= WANT_MAX
+end
+
+local function want(name)
+    if #name <= WANT_MAX and not wanted[name] then
+        reqheaders.want(name)
+        wanted[name] = true
+        want_since = now()
+    end
+end
 
 local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 
@@ -66,16 +90,21 @@ local function compile(g)
             r.k_global = keys.rule_counter(r.id) .. r.algorithm .. ":"
             r.fn = (r.algorithm == "fixed_window" and algo.fixed)
                 or (r.algorithm == "sliding_window" and algo.sliding) or algo.token
+            if r.headers then
+                for i = 1, #r.headers do
+                    want(r.headers[i][1])
+                end
+            end
+            if r.user_header then
+                want(r.user_header)
+            elseif r.user_s3 then
+                want("authorization")
+            end
             list[#list + 1] = r
         end
     end
-    sort(list, function(a, b)
-        if a.priority ~= b.priority then
-            return a.priority < b.priority
-        end
-        return a.id < b.id
-    end)
-    all, memo, memo_n, gen = list, {}, 0, g
+    sort(list, index.before)
+    all, ix, gen = list, index.new(list, indexed), g
 end
 
 -- A request reaches check() only after cfgcache.app/cached saw this worker on the current
@@ -88,36 +117,6 @@ cfgcache.on_generation(function(g, drop)
     current = g
 end)
 
--- The rules that can match app `id` and `method`, in order; the list's `all_headers` is true
--- when one of them matches on headers or takes its user from one (the request's other headers
--- are read only then).
-local function candidates(id, method)
-    local m = memo[id]
-    if not m then
-        if memo_n >= 20000 then
-            memo, memo_n = {}, 0
-        end
-        m = {}
-        memo[id] = m
-        memo_n = memo_n + 1
-    end
-    local l = m[method]
-    if not l then
-        l = { all_headers = false }
-        for i = 1, #all do
-            local r = all[i]
-            if (not r.app_ids or r.app_ids[id]) and (not r.methods or r.methods[method]) then
-                l[#l + 1] = r
-                if r.headers or r.scope == "user" then
-                    l.all_headers = true
-                end
-            end
-        end
-        m[method] = l
-    end
-    return l
-end
-
 --- The compiled rules of this worker (recompiled when the config generation moved).
 function _M.list()
     local g = cfgcache.generation()
@@ -127,16 +126,49 @@ function _M.list()
     return all
 end
 
---- The S3 access key id of an Authorization header (SigV4 Credential=AKID/..., V2 AWS AKID:sig).
+-- bytes that end an access key id: whitespace, and the separators after it
+local ENDS = {}
+for _, c in ipairs({ 9, 10, 11, 12, 13, 32 }) do
+    ENDS[c] = true
+end
+
+-- The run of bytes of s from i up to (not including) byte `stop` or one of stops (ENDS);
+-- nil when it is empty or not ended by `stop`.
+local function run_to(s, i, stop, other)
+    local j = i
+    local c = byte(s, j)
+    while c and c ~= stop and c ~= other and not ENDS[c] do
+        j = j + 1
+        c = byte(s, j)
+    end
+    if c ~= stop or j == i then
+        return nil
+    end
+    return sub(s, i, j - 1)
+end
+
+local CRED = "Credential="
+local COLON, COMMA = 58, 44
+
+--- The S3 access key id of an Authorization header (SigV4 Credential=AKID/..., V2 AWS AKID:sig):
+-- the first "Credential=" followed by a run of bytes other than '/', ',' and whitespace and a
+-- '/', else a leading "AWS " followed by bytes other than ':' and whitespace and a ':'.
 function _M.access_key(auth)
     if type(auth) ~= "string" then
         return nil
     end
-    local k = match(auth, "Credential=([^/,%s]+)/")
-    if not k then
-        k = match(auth, "^AWS ([^:%s]+):")
+    local c = find(auth, CRED, 1, true)
+    while c do
+        local k = run_to(auth, c + #CRED, SLASH, COMMA)
+        if k then
+            return k
+        end
+        c = find(auth, CRED, c + 1, true)
     end
-    return k
+    if sub(auth, 1, 4) == "AWS " then
+        return run_to(auth, 5, COLON, COLON)
+    end
+    return nil
 end
 
 -- Per-request facts, computed once when the first rule needs them.
@@ -150,7 +182,7 @@ local function client_ip()
         local remote = var.remote_addr
         local xff = nil
         if #conf.trusted_proxies > 0 then
-            xff = reqheaders.all(req.headers)["x-forwarded-for"]
+            xff = req.headers["x-forwarded-for"]    -- wanted by the handler with trusted proxies
         end
         if xff == nil and remote == last_remote then
             req.ip, req.ip_bin = last_ip, last_bin
@@ -182,6 +214,22 @@ local function path()
     return req.uri
 end
 
+-- the request's bucket, for the index
+local function bucket()
+    path()
+    return req.bucket
+end
+
+-- Within WANT_GRACE of a new wanted name: a request that started no later than that read its
+-- headers before, so it reads the rest now.
+local function headers_before_want(headers)
+    if now() > want_since + WANT_GRACE then
+        want_since = nil
+    elseif start_time() <= want_since then
+        reqheaders.all(headers)
+    end
+end
+
 -- rule_triggered event (docs/rules-contract.md §5); the table is built only when sampling keeps it
 local function triggered(r, action, skey, method, remaining)
     local sampled = events.take("rule_triggered", req.app, r.id)
@@ -201,14 +249,14 @@ local function triggered(r, action, skey, method, remaining)
 end
 
 -- Whether header value v (a string, or the list of a repeated header's values) is, or
--- holds, want.
-local function has_value(v, want)
-    if v == want then
+-- holds, value x.
+local function has_value(v, x)
+    if v == x then
         return true
     end
     if type(v) == "table" then
         for i = 1, #v do
-            if v[i] == want then
+            if v[i] == x then
                 return true
             end
         end
@@ -304,15 +352,18 @@ function _M.check(a, method, headers, cost)
     if #all == 0 then
         return nil
     end
-    local list = candidates(a.id, method)
+    local id = a.id
+    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+    if want_since and ix.headers then
+        headers_before_want(headers)
+    end
+    local list = index.lookup(ix, id, method, bucket, headers)
     if #list == 0 then
         return nil
     end
-    local id = a.id
-    if list.all_headers then
-        reqheaders.all(headers)     -- rules match any header (and take the user's from some)
+    if list.need_all then
+        reqheaders.all(headers)     -- a header name too long to be wanted
     end
-    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
     local t = now()
     for i = 1, #list do
         local r = list[i]

@@ -49,7 +49,7 @@ local ix = index.new(all, function() return false end)
 -- after T; an older request (its headers read before) reads them all instead, for WANT_GRACE
 -- seconds (far longer than a request's access phase waits for anything before the rules).
 local WANT_MAX = 64
-local WANT_GRACE = 300
+local WANT_GRACE = 60
 local wanted = {}
 local want_since = nil
 
@@ -197,21 +197,28 @@ local function client_ip()
     return req.ip, req.ip_bin
 end
 
--- The bucket and key of the path: plain finds (a pattern match leaves the compiled trace).
+-- The bucket of the path (plain finds: a pattern match leaves the compiled trace); req.kpos is
+-- where its key starts (past the end: none).
 local function path()
     if req.uri == nil then
         local uri = var.uri
         req.uri = uri
         local slash = find(uri, "/", 2, true)
         if byte(uri, 1) ~= SLASH or slash == 2 then
-            req.bucket, req.key = "", ""        -- no bucket: no key either
+            req.bucket, req.kpos = "", #uri + 1        -- no bucket: no key either
         elseif not slash then
-            req.bucket, req.key = sub(uri, 2), ""
+            req.bucket, req.kpos = sub(uri, 2), #uri + 1
         else
-            req.bucket, req.key = sub(uri, 2, slash - 1), sub(uri, slash + 1)
+            req.bucket, req.kpos = sub(uri, 2, slash - 1), slash + 1
         end
     end
     return req.uri
+end
+
+-- Whether the key of the path (after path()) starts with prefix p.
+local function key_starts(p)
+    local uri, k = req.uri, req.kpos
+    return #uri - k + 1 >= #p and sub(uri, k, k + #p - 1) == p
 end
 
 -- the request's bucket, for the index
@@ -220,10 +227,10 @@ local function bucket()
     return req.bucket
 end
 
--- Within WANT_GRACE of a new wanted name: a request that started no later than that read its
--- headers before, so it reads the rest now.
-local function headers_before_want(headers)
-    if now() > want_since + WANT_GRACE then
+-- Within WANT_GRACE of a new wanted name (t: now): a request that started no later than that
+-- read its headers before, so it reads the rest now.
+local function headers_before_want(headers, t)
+    if t > want_since + WANT_GRACE then
         want_since = nil
     elseif start_time() <= want_since then
         reqheaders.all(headers)
@@ -272,7 +279,7 @@ local function matches(r)
     if r.bucket or r.key_prefix or r.path_glob then
         local uri = path()
         if (r.bucket and req.bucket ~= r.bucket)
-                or (r.key_prefix and find(req.key, r.key_prefix, 1, true) ~= 1)
+                or (r.key_prefix and not key_starts(r.key_prefix))
                 or (r.path_glob and not glob_match(r.path_glob, uri)) then
             return nil
         end
@@ -354,8 +361,9 @@ function _M.check(a, method, headers, cost)
     end
     local id = a.id
     req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+    local t = now()
     if want_since and ix.headers then
-        headers_before_want(headers)
+        headers_before_want(headers, t)
     end
     local list = index.lookup(ix, id, method, bucket, headers)
     if #list == 0 then
@@ -364,7 +372,6 @@ function _M.check(a, method, headers, cost)
     if list.need_all then
         reqheaders.all(headers)     -- a header name too long to be wanted
     end
-    local t = now()
     for i = 1, #list do
         local r = list[i]
         if (not r.effective_from or t >= r.effective_from)

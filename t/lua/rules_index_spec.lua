@@ -3,11 +3,15 @@
 -- the case expects, in priority order; the index never leaves out a rule that matches.
 package.path = "lua/?.lua;./?.lua;" .. package.path
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
+ngx.var = ngx.var or {}
+ngx.md5 = ngx.md5 or function(s) return "md5:" .. s end
 local cjson = require("cjson.safe")
 local corpus = require("t.lua.corpus")
 local parse = require("tollgate.rules.parse")
 local glob = require("tollgate.rules.glob")
 local index = require("tollgate.rules.index")
+local match = require("tollgate.rules.match")
+match.init({ trusted_proxies = {} })
 
 local function indexed(name)
     return #name <= 64
@@ -101,6 +105,20 @@ local function lookup(ix, q, h)
     return index.lookup(ix, q.app, q.method, function() return (split(q.path)) end, h)
 end
 
+-- the gateway's own check of each candidate (tollgate.rules.match), on the request as nginx
+-- gives it ($uri, $remote_addr, the headers table)
+local function gateway_ids(list, q, h)
+    ngx.var.uri, ngx.var.remote_addr = q.path, "127.0.0.1"
+    match.begin(h, q.app)
+    local out = {}
+    for _, r in ipairs(list) do
+        if match.matches(r) then
+            out[#out + 1] = r.id
+        end
+    end
+    return out
+end
+
 describe("rules_index", function()
     for _, c in ipairs(corpus.load("rules/match.json")) do
         it("corpus: " .. c.name, function()
@@ -112,6 +130,7 @@ describe("rules_index", function()
                 assert.are.same(q.match, ids(all, q, h), "the corpus itself: " .. what)
                 local cands = lookup(ix, q, h)
                 assert.are.same(q.match, ids(cands, q, h), "candidates of " .. what)
+                assert.are.same(q.match, gateway_ids(cands, q, h), "the gateway's check: " .. what)
                 for i = 2, #cands do
                     assert.is_true(index.before(cands[i - 1], cands[i]), "order of " .. what)
                 end
@@ -177,6 +196,21 @@ describe("rules_index", function()
         assert.is_true(l.need_all)
         assert.is_false(lookup(ix, { app = "a", method = "GET", path = "/" },
             { ["x-tier"] = "v" })[2].ix_all)
+    end)
+
+    it("reads the access key of SigV4 and V2 credentials with plain finds", function()
+        local ak = match.access_key
+        assert.are.equal("AKID", ak("AWS4-HMAC-SHA256 Credential=AKID/20260101/us-east-1/s3/"
+            .. "aws4_request, SignedHeaders=host, Signature=abc"))
+        assert.are.equal("AKID", ak("AWS AKID:c2ln"))
+        assert.are.equal("AK2", ak("X Credential=,bad Credential=AK2/x"))
+        for _, bad in ipairs({ "AWS4-HMAC-SHA256 Credential=/x", "Credential=AK ID/x",
+                               "Credential=AKID", "AWS :sig", "AWS AKID", "AWS AK ID:sig",
+                               "aws AKID:sig", "Bearer x" }) do
+            assert.is_nil(ak(bad), bad)
+        end
+        assert.is_nil(ak(nil))
+        assert.is_nil(ak({ "AWS A:b", "AWS C:d" }))
     end)
 
     it("the selected bucket of a path glob", function()

@@ -11,15 +11,14 @@
 local parse = require("tollgate.rules.parse")
 local algo = require("tollgate.rules.local")
 local global = require("tollgate.rules.global")
-local ipmatch = require("tollgate.request.ipmatch")
 local metrics = require("tollgate.metrics")
 local keys = require("tollgate.keys")
 local scripts = require("tollgate.redis.scripts")
 local events = require("tollgate.events")
 local cfgcache = require("tollgate.config.cache")
 local reqheaders = require("tollgate.request.headers")
-local glob_match = require("tollgate.rules.glob").match
 local index = require("tollgate.rules.index")
+local match = require("tollgate.rules.match")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
@@ -28,13 +27,9 @@ local var = ngx.var
 local now = ngx.now
 local start_time = ngx.req.start_time
 local sleep = ngx.sleep
-local md5 = ngx.md5
-local find = string.find
-local byte = string.byte
-local sub = string.sub
-local SLASH = 47
 local sort = table.sort
 local type = type
+local matches = match.matches
 
 local _M = {}
 
@@ -69,6 +64,7 @@ local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 
 function _M.init(settings, client, script_set)
     conf, redis_client, redis_scripts = settings, client, script_set
+    match.init(settings)
     global.init(settings, client, script_set)
     algo.set_workers(ngx.worker.count() or 1)
 end
@@ -126,107 +122,6 @@ function _M.list()
     return all
 end
 
--- bytes that end an access key id: whitespace, and the separators after it
-local ENDS = {}
-for _, c in ipairs({ 9, 10, 11, 12, 13, 32 }) do
-    ENDS[c] = true
-end
-
--- The run of bytes of s from i up to (not including) byte `stop` or one of stops (ENDS);
--- nil when it is empty or not ended by `stop`.
-local function run_to(s, i, stop, other)
-    local j = i
-    local c = byte(s, j)
-    while c and c ~= stop and c ~= other and not ENDS[c] do
-        j = j + 1
-        c = byte(s, j)
-    end
-    if c ~= stop or j == i then
-        return nil
-    end
-    return sub(s, i, j - 1)
-end
-
-local CRED = "Credential="
-local COLON, COMMA = 58, 44
-
---- The S3 access key id of an Authorization header (SigV4 Credential=AKID/..., V2 AWS AKID:sig):
--- the first "Credential=" followed by a run of bytes other than '/', ',' and whitespace and a
--- '/', else a leading "AWS " followed by bytes other than ':' and whitespace and a ':'.
-function _M.access_key(auth)
-    if type(auth) ~= "string" then
-        return nil
-    end
-    local c = find(auth, CRED, 1, true)
-    while c do
-        local k = run_to(auth, c + #CRED, SLASH, COMMA)
-        if k then
-            return k
-        end
-        c = find(auth, CRED, c + 1, true)
-    end
-    if sub(auth, 1, 4) == "AWS " then
-        return run_to(auth, 5, COLON, COLON)
-    end
-    return nil
-end
-
--- Per-request facts, computed once when the first rule needs them.
-local req = {}
-
--- the last address parsed without a forwarded hop (a keep-alive connection's requests share it)
-local last_remote, last_ip, last_bin = nil, "", false
-
-local function client_ip()
-    if req.ip == nil then
-        local remote = var.remote_addr
-        local xff = nil
-        if #conf.trusted_proxies > 0 then
-            xff = req.headers["x-forwarded-for"]    -- wanted by the handler with trusted proxies
-        end
-        if xff == nil and remote == last_remote then
-            req.ip, req.ip_bin = last_ip, last_bin
-        else
-            local ip, bin = ipmatch.client(remote, xff, conf.trusted_proxies)
-            req.ip, req.ip_bin = ip or "", bin or false
-            if xff == nil then
-                last_remote, last_ip, last_bin = remote, req.ip, req.ip_bin
-            end
-        end
-    end
-    return req.ip, req.ip_bin
-end
-
--- The bucket of the path (plain finds: a pattern match leaves the compiled trace); req.kpos is
--- where its key starts (past the end: none).
-local function path()
-    if req.uri == nil then
-        local uri = var.uri
-        req.uri = uri
-        local slash = find(uri, "/", 2, true)
-        if byte(uri, 1) ~= SLASH or slash == 2 then
-            req.bucket, req.kpos = "", #uri + 1        -- no bucket: no key either
-        elseif not slash then
-            req.bucket, req.kpos = sub(uri, 2), #uri + 1
-        else
-            req.bucket, req.kpos = sub(uri, 2, slash - 1), slash + 1
-        end
-    end
-    return req.uri
-end
-
--- Whether the key of the path (after path()) starts with prefix p.
-local function key_starts(p)
-    local uri, k = req.uri, req.kpos
-    return #uri - k + 1 >= #p and sub(uri, k, k + #p - 1) == p
-end
-
--- the request's bucket, for the index
-local function bucket()
-    path()
-    return req.bucket
-end
-
 -- Within WANT_GRACE of a new wanted name (t: now): a request that started no later than that
 -- read its headers before, so it reads the rest now.
 local function headers_before_want(headers, t)
@@ -239,6 +134,7 @@ end
 
 -- rule_triggered event (docs/rules-contract.md §5); the table is built only when sampling keeps it
 local function triggered(r, action, skey, method, remaining)
+    local req = match.req
     local sampled = events.take("rule_triggered", req.app, r.id)
     if not sampled then
         return
@@ -247,91 +143,12 @@ local function triggered(r, action, skey, method, remaining)
     events.push({
         event_type = "rule_triggered", severity = action == "blocked" and "warning" or "info",
         app_id = req.app, user_id = r.scope == "user" and skey or nil,
-        ip_address = (client_ip()), user_agent = type(ua) == "string" and ua or nil,
+        ip_address = (match.client_ip()), user_agent = type(ua) == "string" and ua or nil,
         endpoint = var.uri, http_method = method, request_id = var.request_id,
         rule_id = r.id, rule_type = r.algorithm, limit_value = r.limit,
         current_usage = r.limit - (remaining or 0), action_taken = action,
         response_code = action == "blocked" and 429 or nil, reason = "rule_limited",
     }, sampled)
-end
-
--- Whether header value v (a string, or the list of a repeated header's values) is, or
--- holds, value x.
-local function has_value(v, x)
-    if v == x then
-        return true
-    end
-    if type(v) == "table" then
-        for i = 1, #v do
-            if v[i] == x then
-                return true
-            end
-        end
-    end
-    return false
-end
-
--- Scope key of rule r for this request, or nil when the rule does not match it; nil and the
--- header's name when the request repeats the header the rule's user key comes from (which of
--- its values the backend believes is unknown: the request is refused, never let past).
-local function matches(r)
-    local h = req.headers
-    if r.bucket or r.key_prefix or r.path_glob then
-        local uri = path()
-        if (r.bucket and req.bucket ~= r.bucket)
-                or (r.key_prefix and not key_starts(r.key_prefix))
-                or (r.path_glob and not glob_match(r.path_glob, uri)) then
-            return nil
-        end
-    end
-    local hs = r.headers
-    if hs then
-        for i = 1, #hs do
-            if not has_value(h[hs[i][1]], hs[i][2]) then
-                return nil
-            end
-        end
-    end
-    if r.cidrs then
-        local _, bin = client_ip()
-        if not bin or not ipmatch.any(r.cidrs, bin) then
-            return nil
-        end
-    end
-    local scope = r.scope
-    if scope == "global" or scope == "endpoint" then
-        return ""
-    elseif scope == "app" then
-        return req.app
-    elseif scope == "ip" then
-        local ip = client_ip()
-        return ip ~= "" and ip or nil
-    end
-    local u
-    if r.user_s3 then
-        u = h["authorization"]
-        if type(u) == "table" then
-            return nil, "authorization"
-        end
-        u = _M.access_key(u)
-    else
-        u = h[r.user_header]
-        if type(u) == "table" then
-            return nil, r.user_header
-        end
-    end
-    if type(u) ~= "string" or u == "" then
-        return nil
-    end
-    if u == r.u_raw then       -- the same user as this rule's last request
-        return r.u_key
-    end
-    local k = u
-    if #u > 64 or find(u, "[^%w%-_.@]") then
-        k = md5(u)
-    end
-    r.u_raw, r.u_key = u, k
-    return k
 end
 
 -- The dict key of rule r's counter for scope key skey (built once per worker).
@@ -360,12 +177,12 @@ function _M.check(a, method, headers, cost)
         return nil
     end
     local id = a.id
-    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+    match.begin(headers, id)
     local t = now()
     if want_since and ix.headers then
         headers_before_want(headers, t)
     end
-    local list = index.lookup(ix, id, method, bucket, headers)
+    local list = index.lookup(ix, id, method, match.bucket, headers)
     if #list == 0 then
         return nil
     end
@@ -417,7 +234,7 @@ function _M.check(a, method, headers, cost)
                 end
                 if slept or delay > 0 or yielded then
                     -- this request yielded: other requests of the worker used `req`
-                    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+                    match.begin(headers, id)
                     t = now()
                 end
             end

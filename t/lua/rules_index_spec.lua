@@ -4,7 +4,7 @@
 package.path = "lua/?.lua;./?.lua;" .. package.path
 _G.ngx = _G.ngx or { log = function() end, ERR = 0 }
 ngx.var = ngx.var or {}
-ngx.md5 = ngx.md5 or function(s) return "md5:" .. s end
+rawset(ngx, "md5", ngx.md5 or function(s) return "md5:" .. s end)
 local cjson = require("cjson.safe")
 local corpus = require("t.lua.corpus")
 local parse = require("tollgate.rules.parse")

@@ -28,6 +28,7 @@ local now = ngx.now
 local start_time = ngx.req.start_time
 local sleep = ngx.sleep
 local sort = table.sort
+local clear_tab = require("table.clear")
 local type = type
 local matches = match.matches
 
@@ -123,12 +124,20 @@ function _M.list()
 end
 
 -- Within WANT_GRACE of a new wanted name (t: now): a request that started no later than that
--- read its headers before, so it reads the rest now.
+-- read its headers before, so it reads the names the rules want now (all() would not: it adds
+-- only the names nobody wants).
+local scratch = {}
 local function headers_before_want(headers, t)
     if t > want_since + WANT_GRACE then
         want_since = nil
     elseif start_time() <= want_since then
-        reqheaders.all(headers)
+        reqheaders.read(scratch)
+        for name in pairs(wanted) do
+            if headers[name] == nil then
+                headers[name] = scratch[name]
+            end
+        end
+        clear_tab(scratch)
     end
 end
 

@@ -28,7 +28,6 @@ local now = ngx.now
 local start_time = ngx.req.start_time
 local sleep = ngx.sleep
 local sort = table.sort
-local concat = table.concat
 local clear_tab = require("table.clear")
 local type = type
 local matches = match.matches
@@ -175,79 +174,6 @@ local function local_key(r, skey)
     return k
 end
 
--- Check one candidate rule r of a request at time t. Returns the clock after it (a rule that
--- yielded moves it; other requests of the worker used the request's facts meanwhile, so they
--- start over) and, when the check ends at r, r with retry_after and remaining, or r, nil, nil
--- and the repeated header's name.
-local function step(r, t, headers, id, cost, method)
-    if (r.effective_from and t < r.effective_from) or (r.effective_to and t >= r.effective_to) then
-        return t
-    end
-    local skey, dup = matches(r)
-    if dup and r.action ~= "shadow" then
-        metrics.inc(r.s_hits)
-        metrics.inc(r.s_act.blocked)
-        return t, r, nil, nil, dup
-    end
-    if not skey then
-        return t
-    end
-    metrics.inc(r.s_hits)
-    local units = r.is_cost and cost or 1
-    local max_delay = r.max_delay or 0
-    local ok, delay, retry, remaining, slept, failed_open
-    local yielded = false
-    if r.is_global then
-        ok, delay, retry, remaining, slept, failed_open =
-            global.acquire(r, skey, units, max_delay, t)
-        yielded = global.yielded
-    else
-        -- node algorithms never yield but for a throttled sliding window, which reports it
-        -- (slept); the token bucket takes no lock (rules_local.token)
-        ok, delay, retry, remaining, slept =
-            r.fn(rdict, local_key(r, skey), r, units, t, max_delay, sleep, now)
-    end
-    if failed_open then
-        metrics.inc(r.s_act.fail_open)
-    elseif not ok then
-        if r.action ~= "shadow" then
-            metrics.inc(r.s_act.blocked)
-            triggered(r, "blocked", skey, method, remaining)
-            return t, r, retry, remaining
-        end
-        metrics.inc(r.s_act.shadowed)
-        triggered(r, "shadowed", skey, method, remaining)
-    elseif delay > 0 or slept then
-        metrics.inc(r.s_act.throttled)
-        triggered(r, "throttled", skey, method, remaining)
-        if delay > 0 then
-            sleep(delay)
-        end
-    end
-    if slept or delay > 0 or yielded then
-        match.begin(headers, id)
-        t = now()
-    end
-    return t
-end
-
--- A candidate list compiled into straight-line code: one step() call per rule, in order, each
--- its own call site. A loop over the list would run every rule through the same trace, whose
--- branches (scope, algorithm, distribution) differ from rule to rule: the compiled loop would
--- leave its trace at nearly every rule. Unrolled, each site sees one rule and LuaJIT records
--- it as straight code. Built the first time a request has the list.
-local function straight(list)
-    local src = { "local step, L = ...\n",
-                  "return function(t, headers, id, cost, method)\n",
-                  "local r, x, y, z\n" }
-    for i = 1, #list do
-        src[#src + 1] = "t, r, x, y, z = step(L[" .. i .. "], t, headers, id, cost, method)\n"
-            .. "if r then return r, x, y, z end\n"
-    end
-    src[#src + 1] = "end\n"
-    return assert(loadstring(concat(src), "=rules.candidates"))(step, list)
-end
-
 --- Check the rules of a request of app `a` (method, headers, cost = the known tier cost).
 -- Returns nil to go on (possibly after a throttle delay) or the rejecting rule, retry_after
 -- (seconds) and remaining; or the rule, nil, nil and a header's name when the request repeats
@@ -272,12 +198,58 @@ function _M.check(a, method, headers, cost)
     if list.need_all then
         reqheaders.all(headers)     -- a header name too long to be wanted
     end
-    local run = list.run
-    if not run then
-        run = straight(list)
-        list.run = run
+    for i = 1, #list do
+        local r = list[i]
+        if (not r.effective_from or t >= r.effective_from)
+                and (not r.effective_to or t < r.effective_to) then
+            local skey, dup = matches(r)
+            if dup and r.action ~= "shadow" then
+                metrics.inc(r.s_hits)
+                metrics.inc(r.s_act.blocked)
+                return r, nil, nil, dup
+            end
+            if skey then
+                metrics.inc(r.s_hits)
+                local units = r.is_cost and cost or 1
+                local max_delay = r.max_delay or 0
+                local ok, delay, retry, remaining, slept, failed_open
+                local yielded = false
+                if r.is_global then
+                    ok, delay, retry, remaining, slept, failed_open =
+                        global.acquire(r, skey, units, max_delay, t)
+                    yielded = global.yielded
+                else
+                    -- node algorithms never yield but for a throttled sliding window, which
+                    -- reports it (slept); the token bucket takes no lock (rules_local.token)
+                    ok, delay, retry, remaining, slept =
+                        r.fn(rdict, local_key(r, skey), r, units, t, max_delay, sleep, now)
+                end
+                if failed_open then
+                    metrics.inc(r.s_act.fail_open)
+                elseif not ok then
+                    if r.action ~= "shadow" then
+                        metrics.inc(r.s_act.blocked)
+                        triggered(r, "blocked", skey, method, remaining)
+                        return r, retry, remaining
+                    end
+                    metrics.inc(r.s_act.shadowed)
+                    triggered(r, "shadowed", skey, method, remaining)
+                elseif delay > 0 or slept then
+                    metrics.inc(r.s_act.throttled)
+                    triggered(r, "throttled", skey, method, remaining)
+                    if delay > 0 then
+                        sleep(delay)
+                    end
+                end
+                if slept or delay > 0 or yielded then
+                    -- this request yielded: other requests of the worker used `req`
+                    match.begin(headers, id)
+                    t = now()
+                end
+            end
+        end
     end
-    return run(t, headers, id, cost, method)
+    return nil
 end
 
 local last_push = 0

@@ -42,8 +42,9 @@ local ix = index.new(all, function() return false end)
 
 -- Header names the request path reads for the rules (reqheaders.want; at most WANT_MAX long,
 -- its limit). A name wanted at time T is in the headers table of every request that started
--- after T; an older request (its headers read before) reads them all instead, for WANT_GRACE
--- seconds (far longer than a request's access phase waits for anything before the rules).
+-- after T; an older request (its headers read before) reads the wanted names again, for
+-- WANT_GRACE seconds (far longer than a request's access phase waits for anything before the
+-- rules).
 local WANT_MAX = 64
 local WANT_GRACE = 60
 local wanted = {}

@@ -171,8 +171,28 @@ describe("rules_index", function()
         end
         index.lookup(ix, "p0", "GET", bucket, {})
         assert.are.equal(0, asked)
-        index.lookup(ix, "p1", "GET", bucket, {})
-        assert.are.equal(1, asked)
+        local first = index.lookup(ix, "p1", "GET", bucket, {})
+        assert.is_true(asked >= 1)
+        asked = 0
+        assert.are.equal(first, index.lookup(ix, "p1", "GET", bucket, {}))
+        assert.are.equal(1, asked, "a known signature asks once")
+    end)
+
+    it("finds a signature of four levels (the bucket and three header names)", function()
+        local ix = compile({
+            { id = "b", scope = "endpoint", match = { bucket = "b" } },
+            { id = "x", scope = "endpoint", match = { headers = { ["X-A"] = "1" } } },
+            { id = "y", scope = "endpoint", match = { headers = { ["X-B"] = "1" } } },
+            { id = "z", scope = "endpoint",
+              match = { headers = { ["X-C"] = "1", ["X-A"] = "1" } } },
+        })
+        local q = { app = "a", method = "GET", path = "/b/k" }
+        local h = { ["x-a"] = "1", ["x-c"] = "1" }
+        local l = lookup(ix, q, h)
+        assert.are.same({ "b", "x", "z" }, ids(l, q, h))
+        assert.are.equal(3, #l)
+        assert.are.equal(l, lookup(ix, q, h))
+        assert.are.equal(1, #lookup(ix, q, {}))
     end)
 
     it("a repeated header makes every value of it a candidate; the check decides", function()

@@ -194,9 +194,47 @@ end
 
 local keys = {}                 -- scratch of lookup (which never yields)
 
+-- The key of level lv of node nd for this request.
+local function key_of(ix, nd, lv, bucket, h)
+    if lv == BUCKET then
+        local b = bucket()
+        return ix.buckets[b] and b or false
+    end
+    local v = h[lv]
+    if type(v) == "string" then
+        return nd.values[lv][v] and v or false
+    end
+    return v ~= nil and ANY or false
+end
+
+-- The list under keys[1..nl] (built and kept the first time), the tables on the way created.
+local function slow(ix, nd, bucket, h)
+    local nl = nd.nl
+    for j = 1, nl do
+        keys[j] = key_of(ix, nd, nd.levels[j], bucket, h)
+    end
+    local t = nd.tree
+    for j = 1, nl - 1 do
+        local nx = t[keys[j]]
+        if not nx then
+            nx = {}
+            t[keys[j]] = nx
+        end
+        t = nx
+    end
+    local l = t[keys[nl]]
+    if not l then
+        l = build(ix, nd, keys)
+        t[keys[nl]] = l
+    end
+    return l
+end
+
 --- The candidate rules of a request of app id `app` and `method`, in priority order (a list
 -- with need_all: read every header before checking them). bucket() gives the request's
--- bucket ("" when it has none); h its headers.
+-- bucket ("" when it has none); h its headers. Up to three levels (the bucket and two header
+-- names) a known signature is found without a loop (a loop would end the request path's
+-- compiled trace).
 function _M.lookup(ix, app, method, bucket, h)
     if ix.n >= _M.MAX then
         ix.memo, ix.n = {}, 0
@@ -222,41 +260,18 @@ function _M.lookup(ix, app, method, bucket, h)
         end
         return l
     end
-    local levels, values = nd.levels, nd.values
-    for j = 1, nl do
-        local lv, key = levels[j], false
-        if lv == BUCKET then
-            local b = bucket()
-            if ix.buckets[b] then
-                key = b
-            end
-        else
-            local v = h[lv]
-            if type(v) == "string" then
-                if values[lv][v] then
-                    key = v
-                end
-            elseif v ~= nil then
-                key = ANY
-            end
+    if nl > 3 then
+        return slow(ix, nd, bucket, h)
+    end
+    local levels = nd.levels
+    local t = nd.tree[key_of(ix, nd, levels[1], bucket, h)]
+    if t and nl > 1 then
+        t = t[key_of(ix, nd, levels[2], bucket, h)]
+        if t and nl > 2 then
+            t = t[key_of(ix, nd, levels[3], bucket, h)]
         end
-        keys[j] = key
     end
-    local t = nd.tree
-    for j = 1, nl - 1 do
-        local nx = t[keys[j]]
-        if not nx then
-            nx = {}
-            t[keys[j]] = nx
-        end
-        t = nx
-    end
-    local l = t[keys[nl]]
-    if not l then
-        l = build(ix, nd, keys)
-        t[keys[nl]] = l
-    end
-    return l
+    return t or slow(ix, nd, bucket, h)
 end
 
 return _M

@@ -84,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (runner.Config, string, error) 
 	out := fs.String("out", filepath.Join(repo, "bench", "results", "latest.md"),
 		"Markdown output file")
 	quick := fs.Bool("quick", false, "smoke run: 1 round, 2s runs, 1s warm-up")
+	fs.BoolVar(&cfg.RulesOnly, "rules-only", false, "only the rules section: (b) with 0, 10 and 100 active rules")
 	if err := fs.Parse(args); err != nil {
 		return runner.Config{}, "", err
 	}

@@ -5,11 +5,14 @@
 // `make bench`; after a warm-up (so that LuaJIT has compiled its traces) the counters are reset,
 // N keep-alive requests are sent with curl, and the counters are dumped.
 //
-//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000] [-rules 0,10,100 [-rule-alg A]]
+//	go run ./bench/cmd/tollgate-callgrind [-n 4000] [-warmup 3000] [-rules 0,10,100 [-rule-alg A]
+//		[-rule-mix all]]
 //		[-runs N] [-json] [-jv=false] [-keep DIR]
 //
-// -rules adds variants of (b) with that many active rules (the bench's mix, runner.BenchRules;
-// -rule-alg makes them all node rules of one algorithm, e.g. token_bucket).
+// -rules adds variants of (b) with that many active rules (the bench's mix, runner.BenchRules:
+// several tenants' rules of which the request matches 5 of 10, 6 of 100; -rule-mix all: rules
+// that all match it, runner.BenchRulesAllMatch; -rule-alg makes them all node rules of one
+// algorithm, e.g. token_bucket).
 //
 // Needs valgrind (callgrind, callgrind_control, callgrind_annotate), curl, nginx and
 // redis-server. Timers of the gateway fire per second, not per request, so under valgrind's
@@ -84,6 +87,7 @@ type config struct {
 	warmup   int
 	rules    string
 	ruleAlg  string
+	ruleMix  string // realistic (runner.BenchRules) or all (runner.BenchRulesAllMatch)
 	keep     string
 	method   string // GET (the 1 KiB object) or PUT (1 KiB uploads)
 	auth     string // header (X-App-Id), sigv4 (an S3 access key mapped to the app) or signed
@@ -131,6 +135,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.warmup, "warmup", 3000, "requests before the counters are reset")
 	fs.StringVar(&cfg.rules, "rules", "", "comma-separated rule counts: extra (b) variants with active rules")
 	fs.StringVar(&cfg.ruleAlg, "rule-alg", "", "with -rules: every rule a node rule of this algorithm")
+	fs.StringVar(&cfg.ruleMix, "rule-mix", "realistic", "with -rules: realistic (the bench's mix: the request "+
+		"matches 5 of 10 rules, 6 of 100) or all (every rule matches every request)")
 	fs.StringVar(&cfg.method, "method", "GET", "GET (the 1 KiB object) or PUT (1 KiB uploads)")
 	fs.StringVar(&cfg.auth, "auth", "header", "header (X-App-Id), sigv4 (a SigV4 Authorization whose access key maps to the app) "+
 		"or signed (the same key with its secret on file: the gateway verifies a real signature)")
@@ -156,6 +162,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.auth == "signed" && cfg.method != "GET" {
 		return fmt.Errorf("-auth signed signs GETs only")
+	}
+	if cfg.ruleMix != "realistic" && cfg.ruleMix != "all" {
+		return fmt.Errorf("-rule-mix must be realistic or all")
 	}
 	for _, bin := range []string{"valgrind", "callgrind_control", "callgrind_annotate", "curl",
 		"nginx", "redis-server"} {
@@ -214,6 +223,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			if cfg.ruleAlg != "" {
 				name = fmt.Sprintf("tollgate-%d-%s", n, cfg.ruleAlg)
 			}
+			if cfg.ruleMix == "all" {
+				name += "-all-matching"
+			}
 			vs = append(vs, variant{nginxenv.Variant{Key: "r" + strconv.Itoa(n), Name: name,
 				Kind: nginxenv.Lease}, n})
 		}
@@ -230,7 +242,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		for i, x := range vs {
 			v := x.v
-			if err := putRules(ctx, r.Client(), x.rules, cfg.ruleAlg); err != nil {
+			if err := putRules(ctx, r.Client(), x.rules, cfg.ruleAlg, cfg.ruleMix); err != nil {
 				return err
 			}
 			fmt.Fprintf(stderr, "[%s] run %d/%d %s: %d warm-up + %d measured requests under callgrind\n",
@@ -343,11 +355,16 @@ func jsonLine(keys []string, figs []float64) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// putRules replaces the rule set with n bench rules (alg: all node rules of that algorithm).
-func putRules(ctx context.Context, rdb *redis.Client, n int, alg string) error {
+// putRules replaces the rule set with n bench rules of the mix (alg: all node rules of that
+// algorithm).
+func putRules(ctx context.Context, rdb *redis.Client, n int, alg, mix string) error {
+	rs := runner.BenchRules(n)
+	if mix == "all" {
+		rs = runner.BenchRulesAllMatch(n)
+	}
 	pipe := rdb.TxPipeline()
 	pipe.Del(ctx, keys.RulesIndex())
-	for _, r := range runner.BenchRules(n) {
+	for _, r := range rs {
 		if alg != "" {
 			r["algorithm"], r["distribution"] = alg, "node"
 		}

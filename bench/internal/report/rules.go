@@ -53,7 +53,7 @@ func rulesCells(r RulesRow) []string {
 		Latency(r.P99), fixed(r.Ratio, 3), strconv.FormatInt(r.Non2xx, 10), r.Mix}
 }
 
-const rulesTitle = "Rules: (b) tollgate with active rules that match every request and never reject " +
+const rulesTitle = "Rules: (b) tollgate with active rules that never reject (the mix column: how many match a request) " +
 	"(one run of each per round; medians over the rounds, ratio to the same round's run without rules)"
 
 // rulesText is the rules section as aligned text ("" without rows).

@@ -18,12 +18,78 @@ import (
 var RuleCounts = []int{0, 10, 100}
 
 // RuleMix describes BenchRules' mix for the table.
-const RuleMix = "per 10: 4 sliding_window, 3 fixed_window, 2 token_bucket (node), " +
-	"1 sliding_window global; scopes global/app/ip/endpoint"
+const RuleMix = "ten tenants' rules per 100 by app, method, bucket, key prefix, path, header and " +
+	"user, 3 of every 10 for any app; the benchmark's GET matches 5 of 10 and 6 of 100 " +
+	"(4 sliding, 3 fixed window, 3 token bucket per 10; 1 in 10 global)"
 
-// BenchRules are n rules that match every benchmark request and never reject (limits far
-// above what two cores can send), in RuleMix's proportions.
+// BenchRules are n rules as a gateway of several tenants holds them (RuleMix): block k of ten
+// rules (rules 10k … 10k+9) belongs to tenant k — the benchmark's app for block 0, made-up
+// apps for the others — and its bucket, and selects requests by one or more of each
+// dimension. The benchmark's request (GET /bucket/obj with X-App-Id) matches five rules of
+// block 0 and one of block 5, whatever n; no rule ever rejects it (limits far above what two
+// cores can send). BenchRulesAllMatch is the old mix in which every rule matches.
 func BenchRules(n int) []map[string]any {
+	out := make([]map[string]any, 0, n)
+	for i := 0; i < n; i++ {
+		k, j := i/10, i%10
+		app, bucket := fmt.Sprintf("tenant-%02d", k), fmt.Sprintf("bucket-%02d", k)
+		if k == 0 {
+			app, bucket = redisenv.AppID, "bucket"
+		}
+		r := map[string]any{
+			"id": fmt.Sprintf("bench-%03d", i), "limit": 1_000_000_000, "window_seconds": 60,
+			"unit": "requests", "distribution": "node", "priority": i, "enabled": true,
+			"action": "reject",
+		}
+		rule := func(scope, alg string, match map[string]any) {
+			r["scope"], r["algorithm"] = scope, alg
+			if len(match) > 0 {
+				r["match"] = match
+			}
+		}
+		apps := []string{app}
+		switch j {
+		case 0: // the tenant's reads, per app: matches in block 0
+			rule("app", "sliding_window", map[string]any{"app_ids": apps, "methods": []string{"GET"}})
+		case 1: // the tenant's writes, in cost
+			rule("app", "token_bucket", map[string]any{"app_ids": apps, "methods": []string{"PUT", "POST"}})
+			r["unit"] = "cost"
+		case 2: // the tenant's bucket: matches in block 0
+			rule("endpoint", "fixed_window", map[string]any{"app_ids": apps, "bucket": bucket})
+		case 3: // the tenant's free-tier users (the request has no X-Tier)
+			rule("user", "sliding_window", map[string]any{"app_ids": apps,
+				"headers": map[string]string{"X-Tier": "free"}})
+			r["user_key"] = "header:X-User-Id"
+		case 4: // the tenant's log uploads, per client address (the key is obj)
+			rule("ip", "fixed_window", map[string]any{"app_ids": apps, "bucket": bucket,
+				"key_prefix": "logs/"})
+		case 5: // any app's requests to the tenant's bucket, per client address: block 0
+			rule("ip", "token_bucket", map[string]any{"path": "/" + bucket + "/**"})
+		case 6: // any app's deletes per client address (block 5: its reads)
+			methods := []string{"DELETE"}
+			if k == 5 {
+				methods = []string{"GET", "HEAD"}
+			}
+			rule("ip", "sliding_window", map[string]any{"methods": methods})
+		case 7: // requests that name the tenant by header: block 0
+			rule("endpoint", "fixed_window", map[string]any{"headers": map[string]string{"X-App-Id": app}})
+		case 8: // per access key (the request has no Authorization)
+			rule("user", "token_bucket", map[string]any{"app_ids": apps, "methods": []string{"GET", "HEAD"}})
+			r["user_key"] = "s3_access_key"
+		case 9: // the tenant's bucket across nodes, per app: block 0
+			rule("app", "sliding_window", map[string]any{"app_ids": apps, "bucket": bucket})
+			r["distribution"] = "global"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// BenchRulesAllMatch are n rules that all match every benchmark request and never reject:
+// per 10, 4 sliding_window, 3 fixed_window, 2 token_bucket (node), 1 sliding_window global;
+// scopes global/app/ip/endpoint. Each request pays every rule's counter (the worst case of
+// a rule set; tollgate-callgrind -rule-mix all).
+func BenchRulesAllMatch(n int) []map[string]any {
 	algs := []string{"sliding_window", "sliding_window", "sliding_window", "sliding_window",
 		"fixed_window", "fixed_window", "fixed_window", "token_bucket", "token_bucket",
 		"sliding_window"}

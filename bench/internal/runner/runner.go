@@ -29,6 +29,7 @@ type Config struct {
 	Workers     int           // nginx workers per variant
 	Pairs       int           // paired (a)/(b) runs after the rounds (0: none)
 	Slice       time.Duration // wrk run of each side of a pair
+	RulesOnly   bool          // only the rules section (no rounds of the variants, no pairs)
 	Progress    io.Writer     // progress lines
 }
 
@@ -90,19 +91,23 @@ func Run(ctx context.Context, cfg Config) (report.Report, error) {
 	defer e.redis.Stop()
 	e.progress("redis-server pid %d on %s, seeded cluster %q and app %q",
 		e.redis.PID(), e.redis.Addr(), redisenv.ClusterID, redisenv.AppID)
-	series, err := e.rounds(ctx)
-	if ctx.Err() != nil {
-		return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
-	}
-	if err != nil {
-		return report.Report{}, err
-	}
-	paired, err := e.paired(ctx)
-	if ctx.Err() != nil {
-		return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
-	}
-	if err != nil {
-		return report.Report{}, fmt.Errorf("runner: %w", err)
+	var series []report.Series
+	var paired report.Paired
+	if !cfg.RulesOnly {
+		series, err = e.rounds(ctx)
+		if ctx.Err() != nil {
+			return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
+		}
+		if err != nil {
+			return report.Report{}, err
+		}
+		paired, err = e.paired(ctx)
+		if ctx.Err() != nil {
+			return report.Report{}, fmt.Errorf("runner: %w", ctx.Err())
+		}
+		if err != nil {
+			return report.Report{}, fmt.Errorf("runner: %w", err)
+		}
 	}
 	rules, err := e.rulesSection(ctx)
 	if ctx.Err() != nil {

@@ -1,36 +1,36 @@
 -- Rules (docs/rules-contract.md §2): per worker, the rule set of the current config generation
--- compiled once (checked, sorted by priority then id, indexed by app and method), then checked for
--- each request after the connection limiter and before the tiers. Without rules a request
--- pays one comparison (the generation comes from cfgcache.on_generation, not from the dict).
+-- compiled once (checked, sorted by priority then id, indexed by app, method, bucket and
+-- header values: tollgate.rules.index), then checked for each request after the connection
+-- limiter and before the tiers: a request walks only the rules the index gives it. Without
+-- rules a request pays one comparison (the generation comes from cfgcache.on_generation, not
+-- from the dict). The headers rules match on are read with the request path's own
+-- (reqheaders.want), not by reading every header.
 -- The counters live in the tollgate_rules dict (node rules) or in Redis (global rules,
 -- rules_global); the hits/actions counters are metrics series, pushed to
 -- `ratelimit:rules:stats` by worker 0 about every second.
 local parse = require("tollgate.rules.parse")
 local algo = require("tollgate.rules.local")
 local global = require("tollgate.rules.global")
-local ipmatch = require("tollgate.request.ipmatch")
 local metrics = require("tollgate.metrics")
 local keys = require("tollgate.keys")
 local scripts = require("tollgate.redis.scripts")
 local events = require("tollgate.events")
 local cfgcache = require("tollgate.config.cache")
 local reqheaders = require("tollgate.request.headers")
-local glob_match = require("tollgate.rules.glob").match
+local index = require("tollgate.rules.index")
+local match = require("tollgate.rules.match")
 
 local cdict = ngx.shared.config_dict
 local rdict = ngx.shared.tollgate_rules
 local mdict = ngx.shared.tollgate_metrics
 local var = ngx.var
 local now = ngx.now
+local start_time = ngx.req.start_time
 local sleep = ngx.sleep
-local md5 = ngx.md5
-local match = string.match
-local find = string.find
-local byte = string.byte
-local sub = string.sub
-local SLASH = 47
 local sort = table.sort
+local clear_tab = require("table.clear")
 local type = type
+local matches = match.matches
 
 local _M = {}
 
@@ -38,13 +38,35 @@ local conf, redis_client, redis_scripts
 local gen = false             -- generation of the compiled set
 local current = nil           -- the generation this worker serves (cfgcache.on_generation)
 local all = {}                -- every enabled rule, in order
-local memo = {}               -- app id -> method -> candidate rules (lazily)
-local memo_n = 0
+local ix = index.new(all, function() return false end)
+
+-- Header names the request path reads for the rules (reqheaders.want; at most WANT_MAX long,
+-- its limit). A name wanted at time T is in the headers table of every request that started
+-- after T; an older request (its headers read before) reads the wanted names again, for
+-- WANT_GRACE seconds (far longer than a request's access phase waits for anything before the
+-- rules).
+local WANT_MAX = 64
+local WANT_GRACE = 60
+local wanted = {}
+local want_since = nil
+
+local function indexed(name)
+    return #name <= WANT_MAX
+end
+
+local function want(name)
+    if #name <= WANT_MAX and not wanted[name] then
+        reqheaders.want(name)
+        wanted[name] = true
+        want_since = now()
+    end
+end
 
 local ACTIONS = { "blocked", "throttled", "shadowed", "fail_open" }
 
 function _M.init(settings, client, script_set)
     conf, redis_client, redis_scripts = settings, client, script_set
+    match.init(settings)
     global.init(settings, client, script_set)
     algo.set_workers(ngx.worker.count() or 1)
 end
@@ -66,16 +88,21 @@ local function compile(g)
             r.k_global = keys.rule_counter(r.id) .. r.algorithm .. ":"
             r.fn = (r.algorithm == "fixed_window" and algo.fixed)
                 or (r.algorithm == "sliding_window" and algo.sliding) or algo.token
+            if r.headers then
+                for i = 1, #r.headers do
+                    want(r.headers[i][1])
+                end
+            end
+            if r.user_header then
+                want(r.user_header)
+            elseif r.user_s3 then
+                want("authorization")
+            end
             list[#list + 1] = r
         end
     end
-    sort(list, function(a, b)
-        if a.priority ~= b.priority then
-            return a.priority < b.priority
-        end
-        return a.id < b.id
-    end)
-    all, memo, memo_n, gen = list, {}, 0, g
+    sort(list, index.before)
+    all, ix, gen = list, index.new(list, indexed), g
 end
 
 -- A request reaches check() only after cfgcache.app/cached saw this worker on the current
@@ -88,36 +115,6 @@ cfgcache.on_generation(function(g, drop)
     current = g
 end)
 
--- The rules that can match app `id` and `method`, in order; the list's `all_headers` is true
--- when one of them matches on headers or takes its user from one (the request's other headers
--- are read only then).
-local function candidates(id, method)
-    local m = memo[id]
-    if not m then
-        if memo_n >= 20000 then
-            memo, memo_n = {}, 0
-        end
-        m = {}
-        memo[id] = m
-        memo_n = memo_n + 1
-    end
-    local l = m[method]
-    if not l then
-        l = { all_headers = false }
-        for i = 1, #all do
-            local r = all[i]
-            if (not r.app_ids or r.app_ids[id]) and (not r.methods or r.methods[method]) then
-                l[#l + 1] = r
-                if r.headers or r.scope == "user" then
-                    l.all_headers = true
-                end
-            end
-        end
-        m[method] = l
-    end
-    return l
-end
-
 --- The compiled rules of this worker (recompiled when the config generation moved).
 function _M.list()
     local g = cfgcache.generation()
@@ -127,63 +124,27 @@ function _M.list()
     return all
 end
 
---- The S3 access key id of an Authorization header (SigV4 Credential=AKID/..., V2 AWS AKID:sig).
-function _M.access_key(auth)
-    if type(auth) ~= "string" then
-        return nil
-    end
-    local k = match(auth, "Credential=([^/,%s]+)/")
-    if not k then
-        k = match(auth, "^AWS ([^:%s]+):")
-    end
-    return k
-end
-
--- Per-request facts, computed once when the first rule needs them.
-local req = {}
-
--- the last address parsed without a forwarded hop (a keep-alive connection's requests share it)
-local last_remote, last_ip, last_bin = nil, "", false
-
-local function client_ip()
-    if req.ip == nil then
-        local remote = var.remote_addr
-        local xff = nil
-        if #conf.trusted_proxies > 0 then
-            xff = reqheaders.all(req.headers)["x-forwarded-for"]
-        end
-        if xff == nil and remote == last_remote then
-            req.ip, req.ip_bin = last_ip, last_bin
-        else
-            local ip, bin = ipmatch.client(remote, xff, conf.trusted_proxies)
-            req.ip, req.ip_bin = ip or "", bin or false
-            if xff == nil then
-                last_remote, last_ip, last_bin = remote, req.ip, req.ip_bin
+-- Within WANT_GRACE of a new wanted name (t: now): a request that started no later than that
+-- read its headers before, so it reads the names the rules want now (all() would not: it adds
+-- only the names nobody wants).
+local scratch = {}
+local function headers_before_want(headers, t)
+    if t > want_since + WANT_GRACE then
+        want_since = nil
+    elseif start_time() <= want_since then
+        reqheaders.read(scratch)
+        for name in pairs(wanted) do
+            if headers[name] == nil then
+                headers[name] = scratch[name]
             end
         end
+        clear_tab(scratch)
     end
-    return req.ip, req.ip_bin
-end
-
--- The bucket and key of the path: plain finds (a pattern match leaves the compiled trace).
-local function path()
-    if req.uri == nil then
-        local uri = var.uri
-        req.uri = uri
-        local slash = find(uri, "/", 2, true)
-        if byte(uri, 1) ~= SLASH or slash == 2 then
-            req.bucket, req.key = "", ""        -- no bucket: no key either
-        elseif not slash then
-            req.bucket, req.key = sub(uri, 2), ""
-        else
-            req.bucket, req.key = sub(uri, 2, slash - 1), sub(uri, slash + 1)
-        end
-    end
-    return req.uri
 end
 
 -- rule_triggered event (docs/rules-contract.md §5); the table is built only when sampling keeps it
 local function triggered(r, action, skey, method, remaining)
+    local req = match.req
     local sampled = events.take("rule_triggered", req.app, r.id)
     if not sampled then
         return
@@ -192,91 +153,12 @@ local function triggered(r, action, skey, method, remaining)
     events.push({
         event_type = "rule_triggered", severity = action == "blocked" and "warning" or "info",
         app_id = req.app, user_id = r.scope == "user" and skey or nil,
-        ip_address = (client_ip()), user_agent = type(ua) == "string" and ua or nil,
+        ip_address = (match.client_ip()), user_agent = type(ua) == "string" and ua or nil,
         endpoint = var.uri, http_method = method, request_id = var.request_id,
         rule_id = r.id, rule_type = r.algorithm, limit_value = r.limit,
         current_usage = r.limit - (remaining or 0), action_taken = action,
         response_code = action == "blocked" and 429 or nil, reason = "rule_limited",
     }, sampled)
-end
-
--- Whether header value v (a string, or the list of a repeated header's values) is, or
--- holds, want.
-local function has_value(v, want)
-    if v == want then
-        return true
-    end
-    if type(v) == "table" then
-        for i = 1, #v do
-            if v[i] == want then
-                return true
-            end
-        end
-    end
-    return false
-end
-
--- Scope key of rule r for this request, or nil when the rule does not match it; nil and the
--- header's name when the request repeats the header the rule's user key comes from (which of
--- its values the backend believes is unknown: the request is refused, never let past).
-local function matches(r)
-    local h = req.headers
-    if r.bucket or r.key_prefix or r.path_glob then
-        local uri = path()
-        if (r.bucket and req.bucket ~= r.bucket)
-                or (r.key_prefix and find(req.key, r.key_prefix, 1, true) ~= 1)
-                or (r.path_glob and not glob_match(r.path_glob, uri)) then
-            return nil
-        end
-    end
-    local hs = r.headers
-    if hs then
-        for i = 1, #hs do
-            if not has_value(h[hs[i][1]], hs[i][2]) then
-                return nil
-            end
-        end
-    end
-    if r.cidrs then
-        local _, bin = client_ip()
-        if not bin or not ipmatch.any(r.cidrs, bin) then
-            return nil
-        end
-    end
-    local scope = r.scope
-    if scope == "global" or scope == "endpoint" then
-        return ""
-    elseif scope == "app" then
-        return req.app
-    elseif scope == "ip" then
-        local ip = client_ip()
-        return ip ~= "" and ip or nil
-    end
-    local u
-    if r.user_s3 then
-        u = h["authorization"]
-        if type(u) == "table" then
-            return nil, "authorization"
-        end
-        u = _M.access_key(u)
-    else
-        u = h[r.user_header]
-        if type(u) == "table" then
-            return nil, r.user_header
-        end
-    end
-    if type(u) ~= "string" or u == "" then
-        return nil
-    end
-    if u == r.u_raw then       -- the same user as this rule's last request
-        return r.u_key
-    end
-    local k = u
-    if #u > 64 or find(u, "[^%w%-_.@]") then
-        k = md5(u)
-    end
-    r.u_raw, r.u_key = u, k
-    return k
 end
 
 -- The dict key of rule r's counter for scope key skey (built once per worker).
@@ -304,16 +186,19 @@ function _M.check(a, method, headers, cost)
     if #all == 0 then
         return nil
     end
-    local list = candidates(a.id, method)
+    local id = a.id
+    match.begin(headers, id)
+    local t = now()
+    if want_since and ix.headers then
+        headers_before_want(headers, t)
+    end
+    local list = index.lookup(ix, id, method, match.bucket, headers)
     if #list == 0 then
         return nil
     end
-    local id = a.id
-    if list.all_headers then
-        reqheaders.all(headers)     -- rules match any header (and take the user's from some)
+    if list.need_all then
+        reqheaders.all(headers)     -- a header name too long to be wanted
     end
-    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
-    local t = now()
     for i = 1, #list do
         local r = list[i]
         if (not r.effective_from or t >= r.effective_from)
@@ -359,7 +244,7 @@ function _M.check(a, method, headers, cost)
                 end
                 if slept or delay > 0 or yielded then
                     -- this request yielded: other requests of the worker used `req`
-                    req.headers, req.app, req.ip, req.ip_bin, req.uri = headers, id, nil, nil, nil
+                    match.begin(headers, id)
                     t = now()
                 end
             end

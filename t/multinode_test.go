@@ -3,6 +3,7 @@ package t
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +156,36 @@ func TestNodesStartingTogetherShareTheBurst(t *testing.T) {
 			t.Fatalf("first requests of the app on nodes 2-5: %v (node %d refused; L2 %v, leases %v)",
 				status, i+2, s.l2("herd"), s.leases("herd"))
 		}
+	}
+}
+
+// A node's first grant of an app carries no reserve (the test above): the concurrent requests of
+// a node that starts serving an app share out grants sized for one of them, and none of them is
+// refused while L2 holds tokens (a burst of 8 × 250 requests within the app's burst of 4,000).
+func TestConcurrentFirstRequestsOfANodeAreAdmitted(t *testing.T) {
+	s := newStack(t, stackOptions{workers: 2, apps: []store.App{app("crowd", 1000, 4000)}})
+	g := s.gw()
+	g.Do("HEAD", "/bucket/obj", "demo-p0", nil, nil) // warm the node's Redis connections
+	start := make(chan struct{})
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 250; i++ {
+				if r := g.Do("HEAD", "/bucket/obj", "crowd", nil, nil); r.Status != 200 {
+					if refused.Add(1) == 1 {
+						t.Logf("first refusal: %d %s", r.Status, r.Body)
+					}
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Fatalf("%d of 2000 requests refused within the app's burst (L2 %v, leases %v, node %+v)", n, s.l2("crowd"), s.leases("crowd"), g.State("crowd"))
 	}
 }

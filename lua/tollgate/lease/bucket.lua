@@ -250,6 +250,14 @@ local function exhausted(k, res, need, cost)
         secs = conf.retry_after_max
     end
     local reset = now() + secs
+    local reason = res[5]
+    if reason == "ok" then
+        reason = "app_exhausted" -- granted less than this request needs
+    end
+    if deficit <= 0 and reason == "app_exhausted" then
+        -- L2 holds what the request needs: it lost a contended lease, nothing to remember
+        return false, reason, { reset = reset, remaining = 0 }
+    end
     local ttl = secs
     if ttl < conf.neg_cache_min then
         ttl = conf.neg_cache_min
@@ -258,10 +266,6 @@ local function exhausted(k, res, need, cost)
     end
     dict:set(k.neg, reset, ttl)
     dict:set(k.neg_need, need, ttl)
-    local reason = res[5]
-    if reason == "ok" then
-        reason = "app_exhausted" -- granted less than this request needs
-    end
     dict:set(k.neg_reason, reason, ttl)
     return false, reason, { reset = reset, remaining = 0 }
 end
@@ -288,7 +292,7 @@ end
 -- for 10 s) asks for the request alone: a reserve sized for one node, taken by each of many
 -- nodes starting together, would empty L2 for the rest of them (refused while the app is under
 -- its quota). The reply says how many share it; an asynchronous refill then takes the reserve.
-local function slow_acquire(a, k, cost)
+local function slow_acquire(a, k, cost, again)
     local debt = dict:get(k.debt) or 0
     local need = cost + debt
     local reset = dict:get(k.neg)
@@ -355,10 +359,18 @@ local function slow_acquire(a, k, cost)
         dict:incr(k.tokens, cost)
     end
     -- concurrent requests took what we were granted: the lease is contended, try it once more
-    local ok, v = shm.take_all_or_nothing(k.tokens, cost)
+    -- (after the node's refill on its way, if one is)
+    local ok, v = lease_after_refill(k, cost)
     if ok then
         admit(k, cost, v)
         return true, v
+    end
+    again = again or 0
+    if again < 3 and res[2] >= need then
+        -- L2 holds enough: the node's concurrent requests shared out a grant sized for one of
+        -- them (a first grant carries no reserve, a scarce app's a small one); another grant,
+        -- with the node's reserve (at most three more round trips)
+        return slow_acquire(a, k, cost, again + 1)
     end
     return exhausted(k, res, need, cost)
 end

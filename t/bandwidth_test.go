@@ -25,20 +25,9 @@ import (
 func TestBandwidthReachesTheAPI(t *testing.T) {
 	s := newStack(t, stackOptions{nodes: 2, workers: 2, apps: []store.App{app("bw", 2000, 20000)},
 		env: map[string]string{"TOLLGATE_REPORT_INTERVAL": "1"}})
-	cp := harness.StartControlPlane(t, s.redis.URL(), map[string]string{
-		"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false", "TOLLGATE_LIVE_INTERVAL": "500ms"})
-	api := loginAdmin(t, cp)
 	// both nodes known to the control plane before the traffic: their first reports are the
 	// baselines, so every byte after them counts
-	var nodes struct {
-		Data []struct {
-			NodeID string `json:"node_id"`
-		} `json:"data"`
-	}
-	eventuallyAPI(t, 15*time.Second, "both gateways in /api/v1/nodes", func() bool {
-		api.do("GET", "/api/v1/nodes", nil, &nodes)
-		return len(nodes.Data) == 2
-	})
+	api := bandwidthAPI(t, s)
 	type appView struct {
 		Data struct {
 			App struct {
@@ -214,18 +203,7 @@ func TestBandwidthOfAPacedDownloadShowsWhileItRuns(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("pacedbw")},
 		env: map[string]string{"TOLLGATE_REPORT_INTERVAL": "1"}})
 	g := s.gw()
-	cp := harness.StartControlPlane(t, s.redis.URL(), map[string]string{
-		"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false", "TOLLGATE_LIVE_INTERVAL": "500ms"})
-	api := loginAdmin(t, cp)
-	var nodes struct {
-		Data []struct {
-			NodeID string `json:"node_id"`
-		} `json:"data"`
-	}
-	eventuallyAPI(t, 15*time.Second, "the gateway in /api/v1/nodes", func() bool {
-		api.do("GET", "/api/v1/nodes", nil, &nodes)
-		return len(nodes.Data) == 1
-	})
+	api := bandwidthAPI(t, s)
 	const size = 8 << 20 // the 1 MiB burst at once, then about 7 s at 1 MiB/s
 	var done atomic.Bool
 	result := make(chan error, 1)
@@ -309,4 +287,24 @@ func eventuallyAPI(t *testing.T, timeout time.Duration, what string, cond func()
 	if !pollAPI(timeout, cond) {
 		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
+}
+
+// bandwidthAPI starts a control plane (live figures every 500 ms, no jobs) on the stack's Redis,
+// signs in, and waits until it knows every gateway of the stack (their first reports are the
+// baselines of the byte rates).
+func bandwidthAPI(t *testing.T, s *stack) *adminAPI {
+	t.Helper()
+	cp := harness.StartControlPlane(t, s.redis.URL(), map[string]string{
+		"TOLLGATE_ADMIN_PASSWORD": adminPassword, "TOLLGATE_CP_JOBS": "false", "TOLLGATE_LIVE_INTERVAL": "500ms"})
+	api := loginAdmin(t, cp)
+	var nodes struct {
+		Data []struct {
+			NodeID string `json:"node_id"`
+		} `json:"data"`
+	}
+	eventuallyAPI(t, 15*time.Second, fmt.Sprintf("%d gateways in /api/v1/nodes", len(s.gws)), func() bool {
+		api.do("GET", "/api/v1/nodes", nil, &nodes)
+		return len(nodes.Data) == len(s.gws)
+	})
+	return api
 }

@@ -71,25 +71,12 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "tollgate-bigbench-")
+	scratch, err := redisenv.StartScratch(ctx, "tollgate-bigbench")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "redis"), 0o700); err != nil {
-		return err
-	}
-	red, err := redisenv.Start(ctx, filepath.Join(dir, "redis"))
-	if err != nil {
-		return err
-	}
-	defer red.Stop()
-	if err := redisenv.Seed(ctx, red.Client()); err != nil {
-		return err
-	}
+	defer scratch.Close()
+	dir, red := scratch.Dir, scratch.Redis
 	backend, err := startBackend(*size)
 	if err != nil {
 		return err

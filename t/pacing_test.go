@@ -51,6 +51,24 @@ func fetch(url, id string, size int, query string) (int, int64, time.Duration, e
 	return resp.StatusCode, n, time.Since(start), err
 }
 
+// fetchResult is what fetch returned.
+type fetchResult struct {
+	status int
+	n      int64
+	took   time.Duration
+	err    error
+}
+
+// fetchAsync runs fetch (no query) in the background; its result arrives on the channel.
+func fetchAsync(url, id string, size int) <-chan fetchResult {
+	done := make(chan fetchResult, 1)
+	go func() {
+		status, n, took, err := fetch(url, id, size, "")
+		done <- fetchResult{status, n, took, err}
+	}()
+	return done
+}
+
 // download is fetch in the test's goroutine: a cut transfer fails the test.
 func download(t *testing.T, url, id string, size int, query string) (int, int64, time.Duration) {
 	t.Helper()
@@ -184,19 +202,9 @@ func TestPacedTransferKeepsItsSlot(t *testing.T) {
 		env: map[string]string{"TOLLGATE_CONN_TIMEOUT": "1", "TOLLGATE_CONN_CLEANUP_INTERVAL": "0.2"}})
 	g := s.gw()
 	const size = 4 << 20
-	type result struct {
-		status int
-		n      int64
-		took   time.Duration
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		status, n, took, err := fetch(g.URL, "slow", size, "")
-		done <- result{status, n, took, err}
-	}()
+	done := fetchAsync(g.URL, "slow", size)
 	held := 0
-	var r result
+	var r fetchResult
 wait:
 	for {
 		select {
@@ -289,17 +297,7 @@ func TestPacedTransferSurvivesReload(t *testing.T) {
 	s := newStack(t, stackOptions{workers: 1, apps: []store.App{pacedApp("reload")}})
 	g := s.gw()
 	const size = 4 << 20
-	type result struct {
-		status int
-		n      int64
-		took   time.Duration
-		err    error
-	}
-	done := make(chan result, 1)
-	go func() {
-		status, n, took, err := fetch(g.URL, "reload", size, "")
-		done <- result{status, n, took, err}
-	}()
+	done := fetchAsync(g.URL, "reload", size)
 	eventually(t, "the transfer paced", func() bool {
 		return connStateOf(g, "reload").AppCurrent == 1
 	})

@@ -222,6 +222,20 @@ function _M.zero(series)
     mdict:add(series, 0)
 end
 
+local BYTES_KEY = { ["in"] = "tg_m_in", out = "tg_m_out" }
+
+--- The series counting app `a`'s body bytes in `direction` ("in" or "out"): the name is built
+--- once and kept on the app's parsed config.
+function _M.bytes_series(a, direction)
+    local key = BYTES_KEY[direction]
+    local series = a[key]
+    if not series then
+        series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="' .. direction .. '"}'
+        a[key] = series
+    end
+    return series
+end
+
 --- Count a rare event under a full series name, e.g. 'ratelimit_rejected_total{...}'.
 function _M.inc(series, n)
     other[series] = (other[series] or 0) + (n or 1)

@@ -76,24 +76,14 @@ local function auth_failed(ctx, label, method, status)
     }, sampled)
 end
 
--- Bytes a request of app `a` sent to its client (the series name kept on the app's config).
+-- Bytes a request of app `a` sent to its client.
 local function bytes_out(a, n)
-    local series = a.tg_m_out
-    if not series then
-        series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="out"}'
-        a.tg_m_out = series
-    end
-    metrics.inc(series, n)
+    metrics.inc(metrics.bytes_series(a, "out"), n)
 end
 
 -- Bytes of the body a request of app `a` sent to the backend.
 local function bytes_in(a, n)
-    local series = a.tg_m_in
-    if not series then
-        series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="in"}'
-        a.tg_m_in = series
-    end
-    metrics.inc(series, n)
+    metrics.inc(metrics.bytes_series(a, "in"), n)
 end
 
 local function log_request(ctx)

@@ -352,12 +352,8 @@ function _M.run()
     if hdr then
         local body, counted = sent - hdr, ctx.tg_bcount or 0
         if body - counted >= QUANTUM then
-            local series = a.tg_m_out   -- the series tollgate.request.log counts them in
-            if not series then
-                series = 'ratelimit_bytes_total{app_id="' .. a.id .. '",direction="out"}'
-                a.tg_m_out = series
-            end
-            metrics.flow(series, a.id, body - counted)
+            -- the series tollgate.request.log counts the rest in
+            metrics.flow(metrics.bytes_series(a, "out"), a.id, body - counted)
             ctx.tg_bcount = body
         end
     end
